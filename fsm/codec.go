@@ -1,0 +1,148 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"unicode/utf8"
+
+	"github.com/moonraft/moonraft/errcode"
+)
+
+// enc appends the compact binary encoding shared by commands and snapshot
+// records: uvarints, zigzag varints, and uvarint-length-prefixed strings.
+type enc struct{ b []byte }
+
+func (e *enc) u64(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+func (e *enc) i64(v int64)  { e.b = binary.AppendVarint(e.b, v) }
+func (e *enc) str(s string) { e.u64(uint64(len(s))); e.b = append(e.b, s...) }
+
+func (e *enc) bool(v bool) {
+	if v {
+		e.b = append(e.b, 1)
+	} else {
+		e.b = append(e.b, 0)
+	}
+}
+
+// dec reads what enc wrote. The first error sticks, so callers decode a
+// whole struct and check err once; lengths are checked against the bytes
+// that remain before anything is allocated.
+type dec struct {
+	b   []byte
+	err error
+	// what names the thing being decoded in error messages.
+	what string
+}
+
+func (d *dec) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = errcode.New(errcode.InvalidParams, d.what+": "+format, args...)
+	}
+}
+
+func (d *dec) u64() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("truncated or malformed number")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) i64() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("truncated or malformed number")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) bool() bool {
+	switch v := d.u64(); v {
+	case 0:
+		return false
+	case 1:
+		return true
+	default:
+		d.fail("boolean is %d", v)
+		return false
+	}
+}
+
+func (d *dec) str() string {
+	n := d.u64()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)) {
+		d.fail("string of %d bytes but only %d remain", n, len(d.b))
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// count reads a list length; each element takes at least minBytes, which
+// bounds the allocation a corrupted length can cause.
+func (d *dec) count(minBytes int) int {
+	n := d.u64()
+	if d.err != nil {
+		return 0
+	}
+	if n > uint64(len(d.b)/minBytes) {
+		d.fail("list of %d elements but only %d bytes remain", n, len(d.b))
+		return 0
+	}
+	return int(n)
+}
+
+// done reports trailing bytes as an error: a record decodes exactly.
+func (d *dec) done() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d unexpected trailing bytes", len(d.b))
+	}
+	return d.err
+}
+
+// Limits on client-supplied input (DESIGN.md, issue 2).
+const (
+	MaxKeyLen      = 4096
+	MaxRegexLen    = 4096
+	MaxReplicas    = 8
+	MaxSlices      = 1024
+	MaxIDLen       = 256
+	maxSegmentName = 1024
+)
+
+func validateKey(key string) error {
+	switch {
+	case key == "":
+		return errcode.New(errcode.InvalidKey, "key is empty")
+	case len(key) > MaxKeyLen:
+		return errcode.New(errcode.InvalidKey, "key is %d bytes, the limit is %d", len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return errcode.New(errcode.InvalidKey, "key is not valid UTF-8")
+	}
+	return nil
+}
+
+func validateID(kind, id string) error {
+	switch {
+	case id == "":
+		return errcode.New(errcode.InvalidParams, "%s is empty", kind)
+	case len(id) > MaxIDLen:
+		return errcode.New(errcode.InvalidParams, "%s is %d bytes, the limit is %d", kind, len(id), MaxIDLen)
+	case !utf8.ValidString(id):
+		return errcode.New(errcode.InvalidParams, "%s is not valid UTF-8", kind)
+	}
+	return nil
+}

@@ -1,0 +1,396 @@
+package fsm
+
+import (
+	"strconv"
+
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/lease"
+)
+
+// CmdType is the first byte of every Raft log entry moonraft writes.
+type CmdType uint8
+
+// Command types. Values are part of the log format: never renumber.
+const (
+	CmdMountSegment    CmdType = 1
+	CmdUnmountSegment  CmdType = 2
+	CmdRemountSegments CmdType = 3
+	CmdPutStart        CmdType = 4
+	CmdPutEnd          CmdType = 5
+	CmdPutRevoke       CmdType = 6
+	CmdRemove          CmdType = 7
+	CmdRemoveByRegex   CmdType = 8
+	CmdRemoveAll       CmdType = 9
+	CmdTick            CmdType = 10
+	CmdPromote         CmdType = 11
+	CmdExported        CmdType = 12
+
+	// IgnoreUnknownFlag marks a command an older node may skip if it does
+	// not know the type (Consul's pattern, for rolling upgrades): a newer
+	// leader sets it on commands that only add optional state.
+	IgnoreUnknownFlag CmdType = 0x80
+)
+
+// Command is one entry of the replicated log.
+type Command interface {
+	Type() CmdType
+	encode(e *enc)
+	decode(d *dec)
+}
+
+// SegmentSpec describes a memory segment a client mounts: the address range
+// [Base, Base+Size) in the client's address space.
+type SegmentSpec struct {
+	ID   string
+	Name string
+	Base uint64
+	Size uint64
+}
+
+// MountSegment adds a segment and attaches it to the client's session,
+// creating the session if needed. Mounting the same segment again is a no-op.
+type MountSegment struct {
+	NowMs    int64
+	ClientID string
+	Segment  SegmentSpec
+}
+
+// UnmountSegment drops a segment, the replicas on it, and objects left with none.
+type UnmountSegment struct {
+	NowMs     int64
+	ClientID  string
+	SegmentID string
+}
+
+// RemountSegments re-registers a client's segments after NEED_REMOUNT.
+type RemountSegments struct {
+	NowMs    int64
+	ClientID string
+	Segments []SegmentSpec
+}
+
+// PutStart allocates buffers for a new object; its replicas are PROCESSING.
+type PutStart struct {
+	NowMs            int64
+	Key              string
+	SliceLengths     []uint64
+	ReplicaNum       uint32
+	SoftPin          bool
+	PreferredSegment string // a segment name; "" for none
+	ClientID         string
+}
+
+// PutEnd marks the replicas COMPLETE and starts the soft pin.
+type PutEnd struct {
+	NowMs    int64
+	Key      string
+	ClientID string
+}
+
+// PutRevoke drops PROCESSING replicas, and the object if none remain.
+type PutRevoke struct {
+	NowMs    int64
+	Key      string
+	ClientID string
+}
+
+// Remove deletes one object; a leased one only when forced.
+type Remove struct {
+	NowMs int64
+	Key   string
+	Force bool
+}
+
+// RemoveByRegex deletes every complete object whose key matches, skipping
+// leased ones unless forced.
+type RemoveByRegex struct {
+	NowMs int64
+	Regex string
+	Force bool
+}
+
+// RemoveAll deletes every complete object, skipping leased ones unless forced.
+type RemoveAll struct {
+	NowMs int64
+	Force bool
+}
+
+// Tick carries the leader's clock and what it batched since the last tick.
+type Tick struct {
+	NowMs     int64
+	Renewals  []lease.Renewal
+	Pings     []lease.Ping
+	NeedSpace bool
+}
+
+// Promote is the one-time cleanup a new leader proposes before serving. It
+// also carries the leader's tunables, so every node applies the log with the
+// same parameters whatever its own flags say.
+type Promote struct {
+	NowMs    int64
+	LeaderID string
+	Term     uint64
+	Params   Params
+}
+
+// Exported trims the export ring up to Seq once etcd holds it.
+type Exported struct {
+	Seq uint64
+}
+
+func (*MountSegment) Type() CmdType    { return CmdMountSegment }
+func (*UnmountSegment) Type() CmdType  { return CmdUnmountSegment }
+func (*RemountSegments) Type() CmdType { return CmdRemountSegments }
+func (*PutStart) Type() CmdType        { return CmdPutStart }
+func (*PutEnd) Type() CmdType          { return CmdPutEnd }
+func (*PutRevoke) Type() CmdType       { return CmdPutRevoke }
+func (*Remove) Type() CmdType          { return CmdRemove }
+func (*RemoveByRegex) Type() CmdType   { return CmdRemoveByRegex }
+func (*RemoveAll) Type() CmdType       { return CmdRemoveAll }
+func (*Tick) Type() CmdType            { return CmdTick }
+func (*Promote) Type() CmdType         { return CmdPromote }
+func (*Exported) Type() CmdType        { return CmdExported }
+
+func (s *SegmentSpec) encode(e *enc) {
+	e.str(s.ID)
+	e.str(s.Name)
+	e.u64(s.Base)
+	e.u64(s.Size)
+}
+
+func (s *SegmentSpec) decode(d *dec) {
+	s.ID = d.str()
+	s.Name = d.str()
+	s.Base = d.u64()
+	s.Size = d.u64()
+}
+
+func (c *MountSegment) encode(e *enc) { e.i64(c.NowMs); e.str(c.ClientID); c.Segment.encode(e) }
+func (c *MountSegment) decode(d *dec) {
+	c.NowMs = d.i64()
+	c.ClientID = d.str()
+	c.Segment.decode(d)
+}
+
+func (c *UnmountSegment) encode(e *enc) { e.i64(c.NowMs); e.str(c.ClientID); e.str(c.SegmentID) }
+func (c *UnmountSegment) decode(d *dec) {
+	c.NowMs = d.i64()
+	c.ClientID = d.str()
+	c.SegmentID = d.str()
+}
+
+func (c *RemountSegments) encode(e *enc) {
+	e.i64(c.NowMs)
+	e.str(c.ClientID)
+	e.u64(uint64(len(c.Segments)))
+	for i := range c.Segments {
+		c.Segments[i].encode(e)
+	}
+}
+
+func (c *RemountSegments) decode(d *dec) {
+	c.NowMs = d.i64()
+	c.ClientID = d.str()
+	c.Segments = make([]SegmentSpec, d.count(4))
+	for i := range c.Segments {
+		c.Segments[i].decode(d)
+	}
+}
+
+func (c *PutStart) encode(e *enc) {
+	e.i64(c.NowMs)
+	e.str(c.Key)
+	e.u64(uint64(len(c.SliceLengths)))
+	for _, l := range c.SliceLengths {
+		e.u64(l)
+	}
+	e.u64(uint64(c.ReplicaNum))
+	e.bool(c.SoftPin)
+	e.str(c.PreferredSegment)
+	e.str(c.ClientID)
+}
+
+func (c *PutStart) decode(d *dec) {
+	c.NowMs = d.i64()
+	c.Key = d.str()
+	c.SliceLengths = make([]uint64, d.count(1))
+	for i := range c.SliceLengths {
+		c.SliceLengths[i] = d.u64()
+	}
+	n := d.u64()
+	if n > MaxReplicas {
+		d.fail("replica_num %d", n)
+	}
+	c.ReplicaNum = uint32(n)
+	c.SoftPin = d.bool()
+	c.PreferredSegment = d.str()
+	c.ClientID = d.str()
+}
+
+func (c *PutEnd) encode(e *enc) { e.i64(c.NowMs); e.str(c.Key); e.str(c.ClientID) }
+func (c *PutEnd) decode(d *dec) {
+	c.NowMs = d.i64()
+	c.Key = d.str()
+	c.ClientID = d.str()
+}
+
+func (c *PutRevoke) encode(e *enc) { e.i64(c.NowMs); e.str(c.Key); e.str(c.ClientID) }
+func (c *PutRevoke) decode(d *dec) {
+	c.NowMs = d.i64()
+	c.Key = d.str()
+	c.ClientID = d.str()
+}
+
+func (c *Remove) encode(e *enc) { e.i64(c.NowMs); e.str(c.Key); e.bool(c.Force) }
+func (c *Remove) decode(d *dec) {
+	c.NowMs = d.i64()
+	c.Key = d.str()
+	c.Force = d.bool()
+}
+
+func (c *RemoveByRegex) encode(e *enc) { e.i64(c.NowMs); e.str(c.Regex); e.bool(c.Force) }
+func (c *RemoveByRegex) decode(d *dec) {
+	c.NowMs = d.i64()
+	c.Regex = d.str()
+	c.Force = d.bool()
+}
+
+func (c *RemoveAll) encode(e *enc) { e.i64(c.NowMs); e.bool(c.Force) }
+func (c *RemoveAll) decode(d *dec) {
+	c.NowMs = d.i64()
+	c.Force = d.bool()
+}
+
+func (c *Tick) encode(e *enc) {
+	e.i64(c.NowMs)
+	e.u64(uint64(len(c.Renewals)))
+	for _, r := range c.Renewals {
+		e.str(r.Key)
+		e.i64(r.AtMs)
+	}
+	e.u64(uint64(len(c.Pings)))
+	for _, p := range c.Pings {
+		e.str(p.ClientID)
+		e.i64(p.AtMs)
+	}
+	e.bool(c.NeedSpace)
+}
+
+func (c *Tick) decode(d *dec) {
+	c.NowMs = d.i64()
+	if n := d.count(2); n > 0 {
+		c.Renewals = make([]lease.Renewal, n)
+		for i := range c.Renewals {
+			c.Renewals[i] = lease.Renewal{Key: d.str(), AtMs: d.i64()}
+		}
+	}
+	if n := d.count(2); n > 0 {
+		c.Pings = make([]lease.Ping, n)
+		for i := range c.Pings {
+			c.Pings[i] = lease.Ping{ClientID: d.str(), AtMs: d.i64()}
+		}
+	}
+	c.NeedSpace = d.bool()
+}
+
+func (c *Promote) encode(e *enc) {
+	e.i64(c.NowMs)
+	e.str(c.LeaderID)
+	e.u64(c.Term)
+	c.Params.encode(e)
+}
+
+func (c *Promote) decode(d *dec) {
+	c.NowMs = d.i64()
+	c.LeaderID = d.str()
+	c.Term = d.u64()
+	c.Params.decode(d)
+}
+
+func (c *Exported) encode(e *enc) { e.u64(c.Seq) }
+func (c *Exported) decode(d *dec) { c.Seq = d.u64() }
+
+// newCommand returns an empty command of type t, or nil for a type this
+// build does not know.
+func newCommand(t CmdType) Command {
+	switch t {
+	case CmdMountSegment:
+		return &MountSegment{}
+	case CmdUnmountSegment:
+		return &UnmountSegment{}
+	case CmdRemountSegments:
+		return &RemountSegments{}
+	case CmdPutStart:
+		return &PutStart{}
+	case CmdPutEnd:
+		return &PutEnd{}
+	case CmdPutRevoke:
+		return &PutRevoke{}
+	case CmdRemove:
+		return &Remove{}
+	case CmdRemoveByRegex:
+		return &RemoveByRegex{}
+	case CmdRemoveAll:
+		return &RemoveAll{}
+	case CmdTick:
+		return &Tick{}
+	case CmdPromote:
+		return &Promote{}
+	case CmdExported:
+		return &Exported{}
+	}
+	return nil
+}
+
+// Encode returns the log entry bytes of c: its type byte, then its payload.
+func Encode(c Command) []byte {
+	e := enc{b: make([]byte, 1, 64)}
+	e.b[0] = byte(c.Type())
+	c.encode(&e)
+	return e.b
+}
+
+// Decode parses a log entry. It returns (nil, nil) for an unknown type that
+// carries IgnoreUnknownFlag, which the caller skips.
+func Decode(b []byte) (Command, error) {
+	if len(b) == 0 {
+		return nil, errcode.New(errcode.InvalidParams, "command: empty log entry")
+	}
+	t := CmdType(b[0])
+	c := newCommand(t)
+	if c == nil {
+		if t&IgnoreUnknownFlag != 0 {
+			return nil, nil
+		}
+		return nil, errcode.New(errcode.InvalidVersion,
+			"command: unknown type %d; the leader may run a newer moonraft than this node: upgrade it", t)
+	}
+	d := dec{b: b[1:], what: "command " + t.String()}
+	c.decode(&d)
+	if err := d.done(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var cmdNames = [...]string{
+	CmdMountSegment:    "MountSegment",
+	CmdUnmountSegment:  "UnmountSegment",
+	CmdRemountSegments: "RemountSegments",
+	CmdPutStart:        "PutStart",
+	CmdPutEnd:          "PutEnd",
+	CmdPutRevoke:       "PutRevoke",
+	CmdRemove:          "Remove",
+	CmdRemoveByRegex:   "RemoveByRegex",
+	CmdRemoveAll:       "RemoveAll",
+	CmdTick:            "Tick",
+	CmdPromote:         "Promote",
+	CmdExported:        "Exported",
+}
+
+func (t CmdType) String() string {
+	if int(t) < len(cmdNames) && cmdNames[t] != "" {
+		return cmdNames[t]
+	}
+	return "type(" + strconv.Itoa(int(t)) + ")"
+}

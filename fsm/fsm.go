@@ -1,0 +1,320 @@
+// Package fsm is moonraft's replicated state: segments and their allocators,
+// objects, client sessions, the key sequence map and the export ring, with
+// Apply for every command of DESIGN.md.
+//
+// The state is a pure function of the command stream: no clock (time comes
+// in commands as NowMs and only moves forward), no randomness, no goroutines,
+// no I/O besides the snapshot streams. Two FSMs fed the same commands have
+// equal Digests; that is how followers are proven exact copies.
+//
+// An FSM is not safe for concurrent use: the caller serialises Apply and
+// guards reads with a lock. Objects are copy-on-write (a mutation replaces
+// the object rather than editing it) so a Snapshot taken under the lock can
+// be written out while Apply goes on.
+package fsm
+
+import (
+	"github.com/google/btree"
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/lease"
+	"github.com/moonraft/moonraft/oplog"
+)
+
+// ReplicaStatus is Mooncake's replica state.
+type ReplicaStatus uint8
+
+// Replica states.
+const (
+	Processing ReplicaStatus = 1
+	Complete   ReplicaStatus = 2
+)
+
+func (s ReplicaStatus) String() string {
+	if s == Complete {
+		return "COMPLETE"
+	}
+	return "PROCESSING"
+}
+
+type segment struct {
+	id, name, clientID string
+	base, size         uint64
+	alloc              *allocator
+}
+
+type buffer struct {
+	seg            *segment
+	offset, length uint64
+}
+
+type replica struct {
+	status  ReplicaStatus
+	buffers []buffer
+}
+
+// object is immutable once stored: mutations store a modified copy.
+type object struct {
+	size       uint64
+	clientID   string
+	putStartMs int64
+	leaseMs    int64
+	softPinMs  int64
+	softPin    bool
+	keySeq     uint64 // key_sequence_id of the last OpLog entry of this key
+	replicas   []replica
+}
+
+type objItem struct {
+	key string
+	obj *object
+}
+
+type procItem struct {
+	putStartMs int64
+	key        string
+}
+
+type tombstone struct {
+	key         string
+	keySeq      uint64
+	removedAtMs int64
+}
+
+type session struct {
+	clientID string
+	segments []*segment // sorted by id
+}
+
+// FSM is the replicated state machine.
+type FSM struct {
+	params       Params
+	nowMs        int64
+	appliedSeq   uint64
+	leaseFloorMs int64 // Promote's lease for every object, without touching each
+	needSpace    bool
+	leaderID     string
+	term         uint64
+
+	segments map[string]*segment
+	segNames map[string]*segment
+	segOrder []*segment // by id: the domain of segment choice
+	capacity uint64
+	used     uint64
+
+	sessions  map[string]*session
+	deadlines *lease.DeadlineHeap
+
+	objects    *btree.BTreeG[objItem]
+	tombstones *btree.BTreeG[tombstone]
+	ring       []oplog.Entry
+
+	// Derived indexes, rebuilt on restore and not part of the digest.
+	processing *btree.BTreeG[procItem]
+	tombQueue  []tombstone // in removal order: removedAtMs never decreases
+}
+
+// New returns an empty state with DESIGN.md's default parameters.
+func New() *FSM {
+	return &FSM{
+		params:     DefaultParams(),
+		segments:   map[string]*segment{},
+		segNames:   map[string]*segment{},
+		sessions:   map[string]*session{},
+		deadlines:  lease.NewDeadlineHeap(),
+		objects:    btree.NewG(btreeDegree, func(a, b objItem) bool { return a.key < b.key }),
+		tombstones: btree.NewG(btreeDegree, func(a, b tombstone) bool { return a.key < b.key }),
+		processing: btree.NewG(btreeDegree, lessProc),
+	}
+}
+
+func lessProc(a, b procItem) bool {
+	if a.putStartMs != b.putStartMs {
+		return a.putStartMs < b.putStartMs
+	}
+	return a.key < b.key
+}
+
+// Result is what Apply returns: Err carries a Mooncake code for a rejected
+// command, the other fields what a successful one produced.
+type Result struct {
+	Err      error
+	Replicas []oplog.ReplicaDesc // PutStart: where to write
+	Removed  uint64              // objects removed by Remove*, Unmount and Tick
+	Evicted  uint64              // Tick: objects evicted
+}
+
+// Code is the Mooncake code of the result (OK on success).
+func (r Result) Code() errcode.Code { return errcode.Of(r.Err) }
+
+func failed(code errcode.Code, format string, args ...any) Result {
+	return Result{Err: errcode.New(code, format, args...)}
+}
+
+// Apply decodes and applies one log entry. It never panics on bad input: a
+// corrupted entry or an unknown type comes back as an error result and the
+// state is unchanged.
+func (f *FSM) Apply(entry []byte) Result {
+	c, err := Decode(entry)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if c == nil {
+		return Result{}
+	}
+	return f.ApplyCommand(c)
+}
+
+// ApplyCommand applies a decoded command.
+func (f *FSM) ApplyCommand(c Command) Result {
+	switch c := c.(type) {
+	case *MountSegment:
+		return f.mountSegment(c)
+	case *UnmountSegment:
+		return f.unmountSegment(c)
+	case *RemountSegments:
+		return f.remountSegments(c)
+	case *PutStart:
+		return f.putStart(c)
+	case *PutEnd:
+		return f.putEnd(c)
+	case *PutRevoke:
+		return f.putRevoke(c)
+	case *Remove:
+		return f.remove(c)
+	case *RemoveByRegex:
+		return f.removeByRegex(c)
+	case *RemoveAll:
+		return f.removeAll(c)
+	case *Tick:
+		return f.tick(c)
+	case *Promote:
+		return f.promote(c)
+	case *Exported:
+		return f.exported(c)
+	}
+	return failed(errcode.InvalidParams, "command of type %T is not applicable", c)
+}
+
+// advance moves command time forward; it never goes back, so a leader with
+// a slower clock than its predecessor cannot shorten a lease.
+func (f *FSM) advance(nowMs int64) {
+	if nowMs > f.nowMs {
+		f.nowMs = nowMs
+	}
+}
+
+// exportFull reports whether client writes must be refused: the ring holds
+// its bound of entries etcd has not acknowledged (fail closed).
+func (f *FSM) exportFull() error {
+	if f.params.ExportRingCap > 0 && uint64(len(f.ring)) >= f.params.ExportRingCap {
+		return errcode.New(errcode.EtcdOperationError,
+			"%d OpLog entries are waiting for etcd (the bound is %d): writes are refused until etcd is reachable again",
+			len(f.ring), f.params.ExportRingCap)
+	}
+	return nil
+}
+
+// emit produces the next OpLog entry for key.
+func (f *FSM) emit(op oplog.OpType, key, payload string, keySeq uint64, src oplog.Source) {
+	f.appliedSeq++
+	if f.params.ExportRingCap > 0 {
+		f.ring = append(f.ring, oplog.NewEntry(f.appliedSeq, f.nowMs, op, key, payload, keySeq, src))
+	}
+}
+
+func (f *FSM) getObject(key string) (*object, bool) {
+	it, ok := f.objects.Get(objItem{key: key})
+	return it.obj, ok
+}
+
+func (f *FSM) putObject(key string, o *object) {
+	f.objects.ReplaceOrInsert(objItem{key, o})
+}
+
+// leased reports whether o's read lease (or Promote's floor) still holds.
+func (f *FSM) leased(o *object) bool {
+	return lease.Active(f.effectiveLease(o), f.nowMs)
+}
+
+func (f *FSM) effectiveLease(o *object) int64 {
+	return max(o.leaseMs, f.leaseFloorMs)
+}
+
+func (o *object) complete() bool {
+	for i := range o.replicas {
+		if o.replicas[i].status != Complete {
+			return false
+		}
+	}
+	return len(o.replicas) > 0
+}
+
+func (o *object) processing() bool {
+	for i := range o.replicas {
+		if o.replicas[i].status == Processing {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *FSM) freeBuffers(rs []replica) {
+	for i := range rs {
+		for _, b := range rs[i].buffers {
+			b.seg.alloc.release(b.offset, b.length)
+			f.used -= b.length
+		}
+	}
+}
+
+// dropObject removes key. With op != 0 it exports the removal and bumps the
+// key's sequence; the key's sequence survives in a tombstone either way.
+func (f *FSM) dropObject(key string, o *object, op oplog.OpType, src oplog.Source) {
+	f.freeBuffers(o.replicas)
+	f.objects.Delete(objItem{key: key})
+	if o.processing() {
+		f.processing.Delete(procItem{o.putStartMs, key})
+	}
+	seq := o.keySeq
+	if op != 0 {
+		seq++
+		f.emit(op, key, "", seq, src)
+	}
+	f.bury(key, seq)
+}
+
+// bury keeps a removed key's sequence so a later entry for the same key
+// continues it (seed 004 §8); Tick forgets it after KeySeqRetainMs.
+func (f *FSM) bury(key string, seq uint64) {
+	if seq == 0 {
+		return
+	}
+	t := tombstone{key, seq, f.nowMs}
+	f.tombstones.ReplaceOrInsert(t)
+	f.tombQueue = append(f.tombQueue, t)
+}
+
+// unbury returns and forgets the sequence of a removed key (0 if none).
+func (f *FSM) unbury(key string) uint64 {
+	t, ok := f.tombstones.Delete(tombstone{key: key})
+	if !ok {
+		return 0
+	}
+	return t.keySeq
+}
+
+func (f *FSM) expireTombstones() {
+	i := 0
+	for ; i < len(f.tombQueue); i++ {
+		q := f.tombQueue[i]
+		if q.removedAtMs+f.params.KeySeqRetainMs > f.nowMs {
+			break
+		}
+		// The key may have been re-created and removed again since; only
+		// the tombstone this queue entry stands for is forgotten.
+		if t, ok := f.tombstones.Get(tombstone{key: q.key}); ok && t == q {
+			f.tombstones.Delete(t)
+		}
+	}
+	f.tombQueue = f.tombQueue[i:]
+}

@@ -1,0 +1,500 @@
+package fsm
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/lease"
+	"github.com/moonraft/moonraft/oplog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMountSegment(t *testing.T) {
+	seg := func(id, name string, base, size uint64) SegmentSpec {
+		return SegmentSpec{ID: id, Name: name, Base: base, Size: size}
+	}
+	tests := []struct {
+		name   string
+		client string
+		spec   SegmentSpec
+		want   errcode.Code
+	}{
+		{"new segment", "c1", seg("s2", "n2", 1000, 100), errcode.OK},
+		{"same segment again is idempotent", "c1", seg("s1", "name-s1", 0, 100), errcode.OK},
+		{"same id other range", "c1", seg("s1", "name-s1", 0, 200), errcode.SegmentAlreadyExists},
+		{"same id other client", "c2", seg("s1", "name-s1", 0, 100), errcode.SegmentAlreadyExists},
+		{"name taken", "c2", seg("s9", "name-s1", 0, 100), errcode.SegmentAlreadyExists},
+		{"overlaps own segment", "c1", seg("s3", "n3", 50, 100), errcode.InvalidParams},
+		{"same range other client is fine", "c2", seg("s3", "n3", 0, 100), errcode.OK},
+		{"zero size", "c1", seg("s4", "n4", 5000, 0), errcode.InvalidParams},
+		{"overflowing range", "c1", seg("s4", "n4", ^uint64(0)-5, 100), errcode.InvalidParams},
+		{"empty id", "c1", seg("", "n4", 5000, 10), errcode.InvalidParams},
+		{"empty name", "c1", seg("s4", "", 5000, 10), errcode.InvalidParams},
+		{"empty client", "", seg("s4", "n4", 5000, 10), errcode.InvalidParams},
+		{"client id too long", strings.Repeat("c", MaxIDLen+1), seg("s4", "n4", 5000, 10), errcode.InvalidParams},
+		{"invalid utf-8 id", "c1", seg("s\xff", "n4", 5000, 10), errcode.InvalidParams},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newH(t)
+			x.mount("c1", "s1", 0, 100)
+			x.code(tt.want, &MountSegment{NowMs: x.now, ClientID: tt.client, Segment: tt.spec})
+		})
+	}
+}
+
+func TestRemountSegments(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 100)
+	specs := []SegmentSpec{{ID: "s1", Name: "name-s1", Base: 0, Size: 100}, {ID: "s2", Name: "n2", Base: 100, Size: 50}}
+	x.ok(&RemountSegments{NowMs: x.now, ClientID: "c1", Segments: specs})
+	assert.Equal(t, uint64(150), x.f.Stats().CapacityBytes)
+
+	// All or nothing: one bad segment refuses the whole request.
+	bad := []SegmentSpec{{ID: "s3", Name: "n3", Base: 200, Size: 10}, {ID: "s4", Name: "n4", Base: 205, Size: 10}}
+	x.code(errcode.InvalidParams, &RemountSegments{NowMs: x.now, ClientID: "c1", Segments: bad})
+	x.code(errcode.InvalidParams, &RemountSegments{NowMs: x.now, ClientID: "", Segments: specs})
+	x.code(errcode.SegmentAlreadyExists, &RemountSegments{NowMs: x.now, ClientID: "c2", Segments: specs[:1]})
+	assert.Equal(t, 2, x.f.Stats().Segments)
+}
+
+func TestUnmountSegment(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 100)
+	x.mount("c1", "s2", 1000, 100)
+	x.mount("c2", "s3", 0, 100)
+	for key, replicas := range map[string]uint32{"only-on-s1": 1, "two": 2} {
+		x.ok(&PutStart{NowMs: x.now, Key: key, SliceLengths: []uint64{10}, ReplicaNum: replicas, PreferredSegment: "name-s1", ClientID: "c1"})
+		x.ok(&PutEnd{NowMs: x.now, Key: key, ClientID: "c1"})
+	}
+
+	x.code(errcode.SegmentNotFound, &UnmountSegment{NowMs: x.now, ClientID: "c1", SegmentID: "nope"})
+	x.code(errcode.IllegalClient, &UnmountSegment{NowMs: x.now, ClientID: "c2", SegmentID: "s1"})
+
+	seq := x.f.appliedSeq
+	r := x.ok(&UnmountSegment{NowMs: x.now, ClientID: "c1", SegmentID: "s1"})
+	assert.Equal(t, uint64(1), r.Removed)
+	assert.False(t, x.exists("only-on-s1"))
+	o, ok := x.f.getObject("two")
+	require.True(t, ok, "an object keeps its other replica")
+	assert.Len(t, o.replicas, 1)
+	assert.NotEqual(t, "s1", o.replicas[0].buffers[0].seg.id)
+	last := x.f.ring[len(x.f.ring)-1]
+	assert.Equal(t, oplog.OpRemove, last.OpType)
+	assert.Equal(t, oplog.SourceUnmountSegment, last.Source)
+	assert.Equal(t, "only-on-s1", last.Key)
+	assert.Equal(t, seq+1, x.f.appliedSeq)
+	assert.Equal(t, uint64(200), x.f.capacity)
+	assert.Equal(t, uint64(10), x.f.used)
+	x.code(errcode.SegmentNotFound, &UnmountSegment{NowMs: x.now, ClientID: "c1", SegmentID: "s1"})
+}
+
+// objIndexSeg returns the index in segOrder of the first buffer's segment.
+func (f *FSM) objIndexSeg(key string) int {
+	o, _ := f.getObject(key)
+	for i, s := range f.segOrder {
+		if s == o.replicas[0].buffers[0].seg {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestPutStartValidation(t *testing.T) {
+	tests := []struct {
+		name string
+		cmd  PutStart
+		want errcode.Code
+	}{
+		{"ok", PutStart{Key: "k", SliceLengths: []uint64{10}, ReplicaNum: 1, ClientID: "c1"}, errcode.OK},
+		{"empty key", PutStart{Key: "", SliceLengths: []uint64{10}, ReplicaNum: 1, ClientID: "c1"}, errcode.InvalidKey},
+		{"key over 4 KiB", PutStart{Key: strings.Repeat("k", MaxKeyLen+1), SliceLengths: []uint64{10}, ReplicaNum: 1, ClientID: "c1"}, errcode.InvalidKey},
+		{"key of 4 KiB", PutStart{Key: strings.Repeat("k", MaxKeyLen), SliceLengths: []uint64{10}, ReplicaNum: 1, ClientID: "c1"}, errcode.OK},
+		{"key not utf-8", PutStart{Key: "\xff", SliceLengths: []uint64{10}, ReplicaNum: 1, ClientID: "c1"}, errcode.InvalidKey},
+		{"zero size", PutStart{Key: "k", SliceLengths: []uint64{0}, ReplicaNum: 1, ClientID: "c1"}, errcode.InvalidParams},
+		{"no slices", PutStart{Key: "k", ReplicaNum: 1, ClientID: "c1"}, errcode.InvalidParams},
+		{"too many slices", PutStart{Key: "k", SliceLengths: make([]uint64, MaxSlices+1), ReplicaNum: 1, ClientID: "c1"}, errcode.InvalidParams},
+		{"size overflow", PutStart{Key: "k", SliceLengths: []uint64{^uint64(0), 2}, ReplicaNum: 1, ClientID: "c1"}, errcode.InvalidParams},
+		{"replica_num 0", PutStart{Key: "k", SliceLengths: []uint64{10}, ReplicaNum: 0, ClientID: "c1"}, errcode.InvalidParams},
+		{"replica_num 9", PutStart{Key: "k", SliceLengths: []uint64{10}, ReplicaNum: 9, ClientID: "c1"}, errcode.InvalidParams},
+		{"no client", PutStart{Key: "k", SliceLengths: []uint64{10}, ReplicaNum: 1}, errcode.InvalidParams},
+		{"preferred name too long", PutStart{Key: "k", SliceLengths: []uint64{10}, ReplicaNum: 1, ClientID: "c1", PreferredSegment: strings.Repeat("p", 2000)}, errcode.InvalidParams},
+		{"bigger than any segment", PutStart{Key: "k", SliceLengths: []uint64{1 << 20}, ReplicaNum: 1, ClientID: "c1"}, errcode.NoAvailableHandle},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newH(t)
+			x.mount("c1", "s1", 0, 1000)
+			x.mount("c1", "s2", 1000, 1000)
+			tt.cmd.NowMs = x.now
+			x.code(tt.want, &tt.cmd)
+			assert.Equal(t, tt.want == errcode.NoAvailableHandle, x.f.needSpace, "need-space flag")
+		})
+	}
+}
+
+func TestPutStartWithoutSegments(t *testing.T) {
+	x := newH(t)
+	x.code(errcode.NoAvailableHandle, &PutStart{NowMs: x.now, Key: "k", SliceLengths: []uint64{1}, ReplicaNum: 1, ClientID: "c"})
+}
+
+func TestPutLifecycle(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0x1000, 1000)
+	x.mount("c1", "s2", 0x9000, 1000)
+	x.mount("c2", "s3", 0x1000, 1000)
+
+	r := x.ok(&PutStart{NowMs: x.now, Key: "a/b", SliceLengths: []uint64{100, 50}, ReplicaNum: 3, ClientID: "c1"})
+	require.Len(t, r.Replicas, 3)
+	segs := map[string]bool{}
+	for _, rep := range r.Replicas {
+		assert.Equal(t, "PROCESSING", rep.Status)
+		require.Len(t, rep.Buffers, 2)
+		assert.Equal(t, uint64(100), rep.Buffers[0].Size)
+		assert.Equal(t, uint64(50), rep.Buffers[1].Size)
+		segs[rep.Buffers[0].SegmentID] = true
+	}
+	assert.Len(t, segs, 3, "replicas sit on distinct segments")
+
+	x.code(errcode.ObjectAlreadyExists, &PutStart{NowMs: x.now, Key: "a/b", SliceLengths: []uint64{1}, ReplicaNum: 1, ClientID: "c2"})
+	_, _, err := x.f.GetReplicaList("a/b", x.now)
+	assert.Equal(t, errcode.ReplicaIsNotReady, errcode.Of(err))
+	ok, _, _ := x.f.ExistKey("a/b", x.now)
+	assert.False(t, ok, "a PROCESSING object does not exist for readers")
+	x.code(errcode.ReplicaIsNotReady, &Remove{NowMs: x.now, Key: "a/b", Force: true})
+
+	x.code(errcode.IllegalClient, &PutEnd{NowMs: x.now, Key: "a/b", ClientID: "c2"})
+	x.code(errcode.ObjectNotFound, &PutEnd{NowMs: x.now, Key: "nope", ClientID: "c1"})
+	x.code(errcode.InvalidKey, &PutEnd{NowMs: x.now, Key: "", ClientID: "c1"})
+	x.ok(&PutEnd{NowMs: x.now, Key: "a/b", ClientID: "c1"})
+	require.Len(t, x.f.ring, 1)
+	e := x.f.ring[0]
+	assert.Equal(t, oplog.OpPutEnd, e.OpType)
+	assert.Equal(t, uint64(1), e.SequenceID)
+	assert.Equal(t, uint64(1), e.KeySequenceID)
+	assert.NoError(t, e.Verify())
+	p, err := oplog.DecodePutEndPayload(e.Payload)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(150), p.Size)
+	assert.Len(t, p.Replicas, 3)
+	assert.Equal(t, "COMPLETE", p.Replicas[0].Status)
+
+	// A retried PutEnd is a no-op, not a second entry.
+	x.ok(&PutEnd{NowMs: x.now, Key: "a/b", ClientID: "c1"})
+	assert.Len(t, x.f.ring, 1)
+
+	x.code(errcode.InvalidWrite, &PutRevoke{NowMs: x.now, Key: "a/b", ClientID: "c1"})
+	descs, g, err := x.f.GetReplicaList("a/b", x.now)
+	require.NoError(t, err)
+	assert.Len(t, descs, 3)
+	assert.Equal(t, x.now+x.f.params.LeaseTTLMs, g.UntilMs)
+	assert.Equal(t, lease.Renewal{Key: "a/b", AtMs: x.now}, g.Renewal)
+}
+
+func TestPutRevoke(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 1000)
+	require.NoError(t, x.putStart("k", "c1", 100).Err)
+	x.code(errcode.IllegalClient, &PutRevoke{NowMs: x.now, Key: "k", ClientID: "c2"})
+	x.code(errcode.ObjectNotFound, &PutRevoke{NowMs: x.now, Key: "nope", ClientID: "c1"})
+	r := x.ok(&PutRevoke{NowMs: x.now, Key: "k", ClientID: "c1"})
+	assert.Equal(t, uint64(1), r.Removed)
+	assert.False(t, x.exists("k"))
+	assert.Equal(t, uint64(0), x.f.used)
+	require.Len(t, x.f.ring, 1)
+	assert.Equal(t, oplog.OpPutRevoke, x.f.ring[0].OpType)
+	// The key's sequence continues after re-creation.
+	x.put("k", "c1", 10)
+	assert.Equal(t, uint64(2), x.f.ring[1].KeySequenceID)
+}
+
+func TestStalePutStart(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 1000)
+	require.NoError(t, x.putStart("k", "c1", 100).Err)
+	x.now += x.f.params.PutStartDiscardMs - 1
+	x.code(errcode.ObjectAlreadyExists, &PutStart{NowMs: x.now, Key: "k", SliceLengths: []uint64{5}, ReplicaNum: 1, ClientID: "c2"})
+	x.now++
+	x.ok(&PutStart{NowMs: x.now, Key: "k", SliceLengths: []uint64{5}, ReplicaNum: 1, ClientID: "c2"})
+	o, _ := x.f.getObject("k")
+	assert.Equal(t, "c2", o.clientID, "an abandoned put is preempted")
+	assert.Equal(t, uint64(5), x.f.used)
+	assert.Empty(t, x.f.ring, "preemption exports nothing: the put was never visible")
+
+	x.now += x.f.params.PutStartReleaseMs - 1
+	x.keepAlive("c1")
+	assert.True(t, x.exists("k"))
+	x.now++
+	r := x.keepAlive("c1")
+	assert.False(t, x.exists("k"), "released after put_start_release_timeout")
+	assert.Equal(t, uint64(1), r.Removed)
+	assert.Equal(t, oplog.SourceDiscard, x.f.ring[0].Source)
+}
+
+func TestRemove(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 1000)
+	x.put("k", "c1", 10)
+	x.code(errcode.ObjectNotFound, &Remove{NowMs: x.now, Key: "nope"})
+	x.code(errcode.InvalidKey, &Remove{NowMs: x.now, Key: ""})
+
+	// A read lease blocks an unforced remove until it ends.
+	x.tick(lease.Renewal{Key: "k", AtMs: x.now})
+	x.code(errcode.ObjectHasLease, &Remove{NowMs: x.now, Key: "k"})
+	x.now += x.f.params.LeaseTTLMs - 1
+	x.code(errcode.ObjectHasLease, &Remove{NowMs: x.now, Key: "k"})
+	x.now++
+	x.ok(&Remove{NowMs: x.now, Key: "k"})
+	assert.False(t, x.exists("k"))
+
+	x.put("k2", "c1", 10)
+	x.tick(lease.Renewal{Key: "k2", AtMs: x.now})
+	x.ok(&Remove{NowMs: x.now, Key: "k2", Force: true})
+	last := x.f.ring[len(x.f.ring)-1]
+	assert.Equal(t, oplog.SourceRemove, last.Source)
+	assert.Equal(t, "k2", last.Key)
+}
+
+func TestRemoveByRegexAndAll(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 10000)
+	for _, k := range []string{"a/1", "a/2", "a/3", "b/1"} {
+		x.put(k, "c1", 10)
+	}
+	require.NoError(t, x.putStart("a/processing", "c1", 10).Err)
+	x.tick(lease.Renewal{Key: "a/2", AtMs: x.now})
+
+	x.code(errcode.InvalidParams, &RemoveByRegex{NowMs: x.now, Regex: "a/("})
+	x.code(errcode.InvalidParams, &RemoveByRegex{NowMs: x.now, Regex: strings.Repeat("a", MaxRegexLen+1)})
+	r := x.ok(&RemoveByRegex{NowMs: x.now, Regex: "^a/"})
+	assert.Equal(t, uint64(2), r.Removed, "a/1 and a/3; a/2 is leased, a/processing in flight")
+	assert.True(t, x.exists("a/2"))
+	assert.True(t, x.exists("a/processing"))
+	assert.Equal(t, oplog.SourceRemoveByRegex, x.f.ring[len(x.f.ring)-1].Source)
+
+	r = x.ok(&RemoveAll{NowMs: x.now})
+	assert.Equal(t, uint64(1), r.Removed, "b/1")
+	r = x.ok(&RemoveAll{NowMs: x.now, Force: true})
+	assert.Equal(t, uint64(1), r.Removed, "a/2 despite its lease")
+	assert.Equal(t, oplog.SourceRemoveAll, x.f.ring[len(x.f.ring)-1].Source)
+	assert.Equal(t, 1, x.f.objects.Len(), "only the PROCESSING put is left")
+}
+
+func TestReads(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 10000)
+	x.put("a/1", "c1", 10)
+	x.put("a/2", "c1", 10)
+	x.put("b/1", "c1", 10)
+
+	_, _, err := x.f.GetReplicaList("nope", x.now)
+	assert.Equal(t, errcode.ObjectNotFound, errcode.Of(err))
+	_, _, err = x.f.GetReplicaList("", x.now)
+	assert.Equal(t, errcode.InvalidKey, errcode.Of(err))
+	ok, g, err := x.f.ExistKey("a/1", x.now+7)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, x.now+7+x.f.params.LeaseTTLMs, g.UntilMs)
+	ok, _, err = x.f.ExistKey("nope", x.now)
+	assert.NoError(t, err)
+	assert.False(t, ok)
+	_, _, err = x.f.ExistKey("", x.now)
+	assert.Equal(t, errcode.InvalidKey, errcode.Of(err))
+
+	got, err := x.f.GetReplicaListByRegex("^a/", x.now)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, "a/1", got[0].Key)
+	assert.Equal(t, "a/2", got[1].Key)
+	_, err = x.f.GetReplicaListByRegex("(", x.now)
+	assert.Equal(t, errcode.InvalidParams, errcode.Of(err))
+
+	// Reads do not change the state: the renewal travels in a Tick.
+	before := x.f.Digest()
+	_, _, _ = x.f.GetReplicaList("a/1", x.now)
+	assert.Equal(t, before, x.f.Digest())
+	assert.True(t, x.f.HasSession("c1"))
+	assert.False(t, x.f.HasSession("c9"))
+}
+
+func TestSoftPin(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 1000)
+	x.ok(&PutStart{NowMs: x.now, Key: "k", SliceLengths: []uint64{10}, ReplicaNum: 1, SoftPin: true, ClientID: "c1"})
+	x.ok(&PutEnd{NowMs: x.now, Key: "k", ClientID: "c1"})
+	o, _ := x.f.getObject("k")
+	assert.Equal(t, x.now+x.f.params.SoftPinTTLMs, o.softPinMs)
+	x.now += 1000
+	x.tick(lease.Renewal{Key: "k", AtMs: x.now})
+	o, _ = x.f.getObject("k")
+	assert.Equal(t, x.now+x.f.params.SoftPinTTLMs, o.softPinMs, "a read extends the soft pin")
+	assert.Equal(t, x.now+x.f.params.LeaseTTLMs, o.leaseMs)
+	// Renewals never shorten a lease.
+	x.tick(lease.Renewal{Key: "k", AtMs: x.now - 500}, lease.Renewal{Key: "gone", AtMs: x.now})
+	o2, _ := x.f.getObject("k")
+	assert.Same(t, o, o2, "an unchanged object is not copied")
+}
+
+func TestClientExpiryOrderAndPings(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 1000)
+	x.mount("c2", "s2", 0, 1000)
+	x.ok(&PutStart{NowMs: x.now, Key: "k", SliceLengths: []uint64{10}, ReplicaNum: 1, PreferredSegment: "name-s1", ClientID: "c2"})
+	x.ok(&PutEnd{NowMs: x.now, Key: "k", ClientID: "c2"})
+	require.Equal(t, "s1", x.f.segOrder[x.f.objIndexSeg("k")].id, "preferred segment honoured")
+
+	ttl := x.f.params.ClientTTLMs
+	x.now += ttl / 2
+	x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c2", AtMs: x.now}, {ClientID: "unknown", AtMs: x.now}}})
+	x.now += ttl / 2
+	r := x.tick()
+	assert.False(t, x.f.HasSession("c1"), "c1 missed its pings")
+	assert.True(t, x.f.HasSession("c2"))
+	assert.False(t, x.exists("k"), "its only replica was on c1's segment")
+	assert.Equal(t, uint64(1), r.Removed)
+	assert.Equal(t, oplog.SourceClientExpired, x.f.ring[len(x.f.ring)-1].Source)
+	assert.Equal(t, uint64(1000), x.f.capacity)
+	x.now += ttl
+	x.tick()
+	assert.Equal(t, 0, x.f.Stats().Sessions)
+	assert.Equal(t, uint64(0), x.f.capacity)
+}
+
+func TestPromote(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 1000)
+	x.put("k", "c1", 10)
+	require.NoError(t, x.putStart("p", "c1", 10).Err)
+	p := DefaultParams()
+	p.LeaseTTLMs = 7000
+	x.code(errcode.InvalidParams, &Promote{NowMs: x.now, LeaderID: "n2", Term: 2, Params: Params{}})
+	x.now += 3000
+	x.ok(&Promote{NowMs: x.now, LeaderID: "n2", Term: 2, Params: p})
+	assert.Equal(t, int64(7000), x.f.Params().LeaseTTLMs)
+	assert.Equal(t, "n2", x.f.Stats().LeaderID)
+	x.code(errcode.ObjectHasLease, &Remove{NowMs: x.now + 6999, Key: "k"})
+	assert.True(t, x.exists("p"), "PROCESSING puts survive promotion")
+	d, _ := x.f.deadlines.Deadline("c1")
+	assert.Equal(t, x.now+x.f.params.ClientTTLMs, d)
+	x.ok(&Remove{NowMs: x.now + 7000, Key: "k"})
+
+	// Without etcd the ring is not kept.
+	p.ExportRingCap = 0
+	x.ok(&Promote{NowMs: x.now, LeaderID: "n3", Term: 3, Params: p})
+	assert.Empty(t, x.f.ring)
+	seq := x.f.appliedSeq
+	x.put("k2", "c1", 10)
+	assert.Empty(t, x.f.ring)
+	assert.Equal(t, seq+1, x.f.appliedSeq, "sequence ids advance regardless")
+}
+
+func TestExportRing(t *testing.T) {
+	x := newH(t)
+	p := DefaultParams()
+	p.ExportRingCap = 3
+	x.ok(&Promote{NowMs: x.now, LeaderID: "n1", Term: 1, Params: p})
+	x.mount("c1", "s1", 0, 1000)
+	for _, k := range []string{"a", "b", "c"} {
+		x.put(k, "c1", 10)
+	}
+	x.code(errcode.EtcdOperationError, &PutStart{NowMs: x.now, Key: "d", SliceLengths: []uint64{1}, ReplicaNum: 1, ClientID: "c1"})
+	x.code(errcode.EtcdOperationError, &Remove{NowMs: x.now, Key: "a", Force: true})
+	x.code(errcode.EtcdOperationError, &UnmountSegment{NowMs: x.now, ClientID: "c1", SegmentID: "s1"})
+	x.code(errcode.EtcdOperationError, &RemoveAll{NowMs: x.now})
+	// Reads, ticks and eviction go on.
+	_, _, err := x.f.GetReplicaList("a", x.now)
+	require.NoError(t, err)
+	x.now += x.f.params.LeaseTTLMs // past Promote's lease on everything
+	x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}, NeedSpace: true})
+	assert.Greater(t, len(x.f.ring), 3, "eviction entries go past the bound")
+
+	x.code(errcode.InvalidParams, &Exported{Seq: x.f.appliedSeq + 1})
+	x.ok(&Exported{Seq: 2})
+	assert.Equal(t, uint64(3), x.f.ring[0].SequenceID)
+	x.ok(&Exported{Seq: 1}) // stale acknowledgement
+	assert.Equal(t, uint64(3), x.f.ring[0].SequenceID)
+	x.ok(&Exported{Seq: x.f.appliedSeq})
+	assert.Empty(t, x.f.ring)
+	x.ok(&PutStart{NowMs: x.now, Key: "d", SliceLengths: []uint64{1}, ReplicaNum: 1, ClientID: "c1"})
+}
+
+func TestKeySequenceTombstones(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 1000)
+	x.put("k", "c1", 10)
+	x.ok(&Remove{NowMs: x.now, Key: "k", Force: true})
+	x.put("k", "c1", 10)
+	last := x.f.ring[len(x.f.ring)-1]
+	assert.Equal(t, uint64(3), last.KeySequenceID, "PUT_END 1, REMOVE 2, PUT_END 3")
+	x.ok(&Remove{NowMs: x.now, Key: "k", Force: true})
+	assert.Equal(t, 1, x.f.tombstones.Len())
+	x.now += x.f.params.KeySeqRetainMs - 1
+	x.keepAlive("c1")
+	assert.Equal(t, 1, x.f.tombstones.Len())
+	x.now++
+	x.keepAlive("c1")
+	assert.Equal(t, 0, x.f.tombstones.Len(), "forgotten after an hour of command time")
+	x.put("k", "c1", 10)
+	assert.Equal(t, uint64(1), x.f.ring[len(x.f.ring)-1].KeySequenceID)
+}
+
+func TestTimeNeverGoesBack(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 1000)
+	x.ok(&Tick{NowMs: 5_000_000})
+	x.ok(&Tick{NowMs: 10})
+	assert.Equal(t, int64(5_000_000), x.f.Stats().NowMs)
+}
+
+func TestApplyBadEntries(t *testing.T) {
+	f := New()
+	before := f.Digest()
+	tests := []struct {
+		name  string
+		entry []byte
+		want  errcode.Code
+	}{
+		{"empty", nil, errcode.InvalidParams},
+		{"unknown type", []byte{77, 1, 2}, errcode.InvalidVersion},
+		{"truncated", Encode(&PutStart{Key: "key", SliceLengths: []uint64{1}, ReplicaNum: 1, ClientID: "c"})[:5], errcode.InvalidParams},
+		{"trailing bytes", append(Encode(&RemoveAll{}), 0), errcode.InvalidParams},
+		{"bad bool", []byte{byte(CmdRemoveAll), 0, 7}, errcode.InvalidParams},
+		{"huge list", []byte{byte(CmdRemountSegments), 0, 1, 'c', 0xff, 0xff, 0xff, 0xff, 0x0f}, errcode.InvalidParams},
+		{"replica_num overflow", []byte{byte(CmdPutStart), 0, 1, 'k', 1, 1, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0, 1, 'c'}, errcode.InvalidParams},
+		{"ignorable unknown type", []byte{0x80 | 99, 1, 2, 3}, errcode.OK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := f.Apply(tt.entry)
+			assert.Equal(t, tt.want, r.Code(), "%v", r.Err)
+			assert.Equal(t, before, f.Digest(), "a rejected entry changes nothing")
+		})
+	}
+}
+
+func TestCommandRoundTrip(t *testing.T) {
+	cmds := []Command{
+		&MountSegment{NowMs: 1, ClientID: "c", Segment: SegmentSpec{ID: "s", Name: "n", Base: 5, Size: 6}},
+		&UnmountSegment{NowMs: 2, ClientID: "c", SegmentID: "s"},
+		&RemountSegments{NowMs: 3, ClientID: "c", Segments: []SegmentSpec{{ID: "s", Name: "n", Base: 1, Size: 2}}},
+		&PutStart{NowMs: 4, Key: "k", SliceLengths: []uint64{1, 2}, ReplicaNum: 2, SoftPin: true, PreferredSegment: "n", ClientID: "c"},
+		&PutEnd{NowMs: 5, Key: "k", ClientID: "c"},
+		&PutRevoke{NowMs: 6, Key: "k", ClientID: "c"},
+		&Remove{NowMs: 7, Key: "k", Force: true},
+		&RemoveByRegex{NowMs: 8, Regex: "^k", Force: true},
+		&RemoveAll{NowMs: 9, Force: true},
+		&Tick{NowMs: -10, Renewals: []lease.Renewal{{Key: "k", AtMs: 3}}, Pings: []lease.Ping{{ClientID: "c", AtMs: 4}}, NeedSpace: true},
+		&Promote{NowMs: 11, LeaderID: "n1", Term: 3, Params: DefaultParams()},
+		&Exported{Seq: 12},
+	}
+	for _, c := range cmds {
+		t.Run(c.Type().String(), func(t *testing.T) {
+			got, err := Decode(Encode(c))
+			require.NoError(t, err)
+			assert.Equal(t, c, got)
+		})
+	}
+	assert.Equal(t, "type(99)", CmdType(99).String())
+}

@@ -1,0 +1,94 @@
+package fsm
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// CheckInvariants verifies what must hold after every command: live buffers
+// lie inside their segment and never overlap; each allocator's free extents
+// are exactly the gaps between them, maximal (coalesced); the used and
+// capacity counters match; every segment belongs to its client's session;
+// the PROCESSING index matches the objects; the export ring is gapless and
+// ends at the applied seq. Tests and the fault suite call it; it is O(state).
+func (f *FSM) CheckInvariants() error {
+	used := map[*segment][]freeRange{}
+	var err error
+	procs := 0
+	f.objects.Ascend(func(it objItem) bool {
+		o := it.obj
+		if len(o.replicas) == 0 {
+			err = fmt.Errorf("object %q has no replica", it.key)
+			return false
+		}
+		for _, r := range o.replicas {
+			var sum uint64
+			for _, b := range r.buffers {
+				if f.segments[b.seg.id] != b.seg {
+					err = fmt.Errorf("object %q has a buffer on unmounted segment %q", it.key, b.seg.id)
+					return false
+				}
+				used[b.seg] = append(used[b.seg], freeRange{b.offset, b.length})
+				sum += b.length
+			}
+			if sum != o.size {
+				err = fmt.Errorf("object %q: replica holds %d bytes, object is %d", it.key, sum, o.size)
+				return false
+			}
+		}
+		if o.processing() {
+			procs++
+			if !f.processing.Has(procItem{o.putStartMs, it.key}) {
+				err = fmt.Errorf("PROCESSING object %q missing from the index", it.key)
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if procs != f.processing.Len() {
+		return fmt.Errorf("PROCESSING index holds %d entries for %d objects", f.processing.Len(), procs)
+	}
+	var capacity, totalUsed uint64
+	for i, s := range f.segOrder {
+		if i > 0 && f.segOrder[i-1].id >= s.id {
+			return fmt.Errorf("segment order broken at %q", s.id)
+		}
+		if f.segments[s.id] != s || f.segNames[s.name] != s {
+			return fmt.Errorf("segment %q missing from an index", s.id)
+		}
+		sess, ok := f.sessions[s.clientID]
+		if !ok || !slices.Contains(sess.segments, s) {
+			return fmt.Errorf("segment %q is not in the session of client %q", s.id, s.clientID)
+		}
+		u := used[s]
+		slices.SortFunc(u, func(a, b freeRange) int { return cmp.Compare(a.off, b.off) })
+		want, ok := rebuildAllocator(s.size, u)
+		if !ok {
+			return fmt.Errorf("buffers overlap or overflow in segment %q", s.id)
+		}
+		if got := s.alloc.extents(); !slices.Equal(got, want.extents()) || s.alloc.free != want.free {
+			return fmt.Errorf("segment %q: free extents %v, expected %v", s.id, got, want.extents())
+		}
+		capacity += s.size
+		totalUsed += s.size - s.alloc.free
+	}
+	if len(f.segments) != len(f.segOrder) || len(f.segNames) != len(f.segOrder) {
+		return fmt.Errorf("segment indexes disagree: %d/%d/%d", len(f.segments), len(f.segNames), len(f.segOrder))
+	}
+	if capacity != f.capacity || totalUsed != f.used {
+		return fmt.Errorf("capacity/used counters %d/%d, actual %d/%d", f.capacity, f.used, capacity, totalUsed)
+	}
+	if len(f.sessions) != f.deadlines.Len() {
+		return fmt.Errorf("%d sessions but %d deadlines", len(f.sessions), f.deadlines.Len())
+	}
+	for i, e := range f.ring {
+		if want := f.appliedSeq - uint64(len(f.ring)-1-i); e.SequenceID != want {
+			return fmt.Errorf("export ring entry %d has seq %d, expected %d", i, e.SequenceID, want)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,267 @@
+package fsm
+
+import (
+	"hash/fnv"
+	"regexp"
+
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/oplog"
+)
+
+func validatePutStart(c *PutStart) (total uint64, err error) {
+	if err := validateKey(c.Key); err != nil {
+		return 0, err
+	}
+	if err := validateID("client id", c.ClientID); err != nil {
+		return 0, err
+	}
+	if c.ReplicaNum < 1 || c.ReplicaNum > MaxReplicas {
+		return 0, errcode.New(errcode.InvalidParams, "replica_num is %d, it must be 1..%d", c.ReplicaNum, MaxReplicas)
+	}
+	if len(c.SliceLengths) == 0 || len(c.SliceLengths) > MaxSlices {
+		return 0, errcode.New(errcode.InvalidParams, "%d slices, an object has 1..%d", len(c.SliceLengths), MaxSlices)
+	}
+	if len(c.PreferredSegment) > maxSegmentName {
+		return 0, errcode.New(errcode.InvalidParams, "preferred segment name is over %d bytes", maxSegmentName)
+	}
+	for i, l := range c.SliceLengths {
+		if l == 0 {
+			return 0, errcode.New(errcode.InvalidParams, "slice %d has size 0: sizes must be positive", i)
+		}
+		if total+l < total {
+			return 0, errcode.New(errcode.InvalidParams, "slice sizes overflow 64 bits")
+		}
+		total += l
+	}
+	return total, nil
+}
+
+func (f *FSM) putStart(c *PutStart) Result {
+	f.advance(c.NowMs)
+	total, err := validatePutStart(c)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if err := f.exportFull(); err != nil {
+		return Result{Err: err}
+	}
+	if o, ok := f.getObject(c.Key); ok {
+		// A PROCESSING object older than the discard timeout is taken to be
+		// abandoned by its writer and may be replaced (Mooncake's rule).
+		if !o.processing() || o.putStartMs+f.params.PutStartDiscardMs > f.nowMs {
+			return failed(errcode.ObjectAlreadyExists, "key %q already exists", c.Key)
+		}
+		f.dropObject(c.Key, o, 0, oplog.SourceNone)
+	}
+	keySeq := f.unbury(c.Key)
+	replicas, ok := f.allocate(c, keySeq)
+	if !ok {
+		f.bury(c.Key, keySeq)
+		f.needSpace = true
+		return failed(errcode.NoAvailableHandle,
+			"no room for %d replica(s) of %d bytes in %d segment(s); eviction will run at the next tick",
+			c.ReplicaNum, total, len(f.segOrder))
+	}
+	clientID := c.ClientID
+	if s, ok := f.sessions[clientID]; ok {
+		clientID = s.clientID // share one copy of the id string
+	}
+	o := &object{size: total, clientID: clientID, putStartMs: f.nowMs, leaseMs: f.nowMs, softPin: c.SoftPin, keySeq: keySeq, replicas: replicas}
+	f.putObject(c.Key, o)
+	f.processing.ReplaceOrInsert(procItem{o.putStartMs, c.Key})
+	return Result{Replicas: o.descriptors()}
+}
+
+// allocate places c.ReplicaNum replicas of c's slices. The segment order is
+// a pure function of the key, its sequence and the mounted segments, so it
+// spreads keys over segments without randomness; each replica starts one
+// segment further on, and replicas avoid each other's segments while they
+// can. The preferred segment, if mounted, takes the first replica.
+func (f *FSM) allocate(c *PutStart, keySeq uint64) ([]replica, bool) {
+	n := len(f.segOrder)
+	if n == 0 {
+		return nil, false
+	}
+	h := fnv.New64a()
+	h.Write([]byte(c.Key))
+	start := int((h.Sum64() + keySeq) % uint64(n))
+	preferred := f.segNames[c.PreferredSegment]
+
+	nr, ns := int(c.ReplicaNum), len(c.SliceLengths)
+	bufs := make([]buffer, 0, nr*ns)
+	replicas := make([]replica, nr)
+	used := make(map[*segment]bool, nr)
+	for r := range replicas {
+		first := len(bufs)
+		for _, l := range c.SliceLengths {
+			s := f.chooseSegment(l, start+r, used, preferred, r == 0)
+			if s == nil {
+				f.freeBuffers([]replica{{buffers: bufs}})
+				return nil, false
+			}
+			off, _ := s.alloc.alloc(l)
+			f.used += l
+			bufs = append(bufs, buffer{s, off, l})
+		}
+		replicas[r] = replica{status: Processing, buffers: bufs[first:len(bufs):len(bufs)]}
+		for _, b := range replicas[r].buffers {
+			used[b.seg] = true
+		}
+	}
+	return replicas, true
+}
+
+// chooseSegment picks the segment for one slice: the preferred one if asked
+// and it has room, else the first with room in rotation order from start,
+// first among segments no other replica uses, then among all.
+func (f *FSM) chooseSegment(size uint64, start int, avoid map[*segment]bool, preferred *segment, usePreferred bool) *segment {
+	if usePreferred && preferred != nil && preferred.alloc.largest() >= size {
+		return preferred
+	}
+	n := len(f.segOrder)
+	for pass := 0; pass < 2; pass++ {
+		for i := 0; i < n; i++ {
+			s := f.segOrder[(start+i)%n]
+			if (pass == 1 || !avoid[s]) && s.alloc.largest() >= size {
+				return s
+			}
+		}
+	}
+	return nil
+}
+
+func (o *object) descriptors() []oplog.ReplicaDesc {
+	out := make([]oplog.ReplicaDesc, len(o.replicas))
+	for i, r := range o.replicas {
+		bs := make([]oplog.BufferDesc, len(r.buffers))
+		for j, b := range r.buffers {
+			bs[j] = oplog.BufferDesc{SegmentID: b.seg.id, SegmentName: b.seg.name, Address: b.seg.base + b.offset, Size: b.length}
+		}
+		out[i] = oplog.ReplicaDesc{Status: r.status.String(), Buffers: bs}
+	}
+	return out
+}
+
+// lookupOwned finds key for a PutEnd/PutRevoke by clientID.
+func (f *FSM) lookupOwned(key, clientID string) (*object, error) {
+	if err := validateKey(key); err != nil {
+		return nil, err
+	}
+	if err := f.exportFull(); err != nil {
+		return nil, err
+	}
+	o, ok := f.getObject(key)
+	if !ok {
+		return nil, errcode.New(errcode.ObjectNotFound, "key %q not found", key)
+	}
+	if o.clientID != clientID {
+		return nil, errcode.New(errcode.IllegalClient, "key %q is being written by client %q, not %q", key, o.clientID, clientID)
+	}
+	return o, nil
+}
+
+func (f *FSM) putEnd(c *PutEnd) Result {
+	f.advance(c.NowMs)
+	o, err := f.lookupOwned(c.Key, c.ClientID)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if !o.processing() {
+		return Result{} // a retried PutEnd: already complete
+	}
+	n := *o
+	n.replicas = make([]replica, len(o.replicas))
+	for i, r := range o.replicas {
+		n.replicas[i] = replica{status: Complete, buffers: r.buffers}
+	}
+	n.leaseMs = max(n.leaseMs, f.nowMs)
+	if n.softPin {
+		n.softPinMs = f.nowMs + f.params.SoftPinTTLMs
+	}
+	n.keySeq++
+	f.processing.Delete(procItem{o.putStartMs, c.Key})
+	f.putObject(c.Key, &n)
+	payload := oplog.EncodePutEndPayload(oplog.PutEndPayload{Size: n.size, Replicas: n.descriptors()})
+	f.emit(oplog.OpPutEnd, c.Key, payload, n.keySeq, oplog.SourceNone)
+	return Result{}
+}
+
+func (f *FSM) putRevoke(c *PutRevoke) Result {
+	f.advance(c.NowMs)
+	o, err := f.lookupOwned(c.Key, c.ClientID)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if !o.processing() {
+		return failed(errcode.InvalidWrite, "key %q is complete: a finished put cannot be revoked, remove it instead", c.Key)
+	}
+	f.dropObject(c.Key, o, oplog.OpPutRevoke, oplog.SourceNone)
+	return Result{Removed: 1}
+}
+
+func (f *FSM) remove(c *Remove) Result {
+	f.advance(c.NowMs)
+	if err := validateKey(c.Key); err != nil {
+		return Result{Err: err}
+	}
+	if err := f.exportFull(); err != nil {
+		return Result{Err: err}
+	}
+	o, ok := f.getObject(c.Key)
+	if !ok {
+		return failed(errcode.ObjectNotFound, "key %q not found", c.Key)
+	}
+	if !o.complete() {
+		return failed(errcode.ReplicaIsNotReady, "key %q is still being written", c.Key)
+	}
+	if !c.Force && f.leased(o) {
+		return failed(errcode.ObjectHasLease, "key %q is leased to a reader until %d ms (now %d); retry later or force",
+			c.Key, f.effectiveLease(o), f.nowMs)
+	}
+	f.dropObject(c.Key, o, oplog.OpRemove, oplog.SourceRemove)
+	return Result{Removed: 1}
+}
+
+func compileRegex(expr string) (*regexp.Regexp, error) {
+	if len(expr) > MaxRegexLen {
+		return nil, errcode.New(errcode.InvalidParams, "regex is %d bytes, the limit is %d", len(expr), MaxRegexLen)
+	}
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return nil, errcode.New(errcode.InvalidParams, "regex does not compile: %v", err)
+	}
+	return re, nil
+}
+
+func (f *FSM) removeByRegex(c *RemoveByRegex) Result {
+	f.advance(c.NowMs)
+	re, err := compileRegex(c.Regex)
+	if err != nil {
+		return Result{Err: err}
+	}
+	return f.removeMatching(re.MatchString, c.Force, oplog.SourceRemoveByRegex)
+}
+
+func (f *FSM) removeAll(c *RemoveAll) Result {
+	f.advance(c.NowMs)
+	return f.removeMatching(func(string) bool { return true }, c.Force, oplog.SourceRemoveAll)
+}
+
+// removeMatching removes complete objects whose key matches, leaving leased
+// ones unless forced and PROCESSING ones always.
+func (f *FSM) removeMatching(match func(string) bool, force bool, src oplog.Source) Result {
+	if err := f.exportFull(); err != nil {
+		return Result{Err: err}
+	}
+	var victims []objItem
+	f.objects.Ascend(func(it objItem) bool {
+		if match(it.key) && it.obj.complete() && (force || !f.leased(it.obj)) {
+			victims = append(victims, it)
+		}
+		return true
+	})
+	for _, it := range victims {
+		f.dropObject(it.key, it.obj, oplog.OpRemove, src)
+	}
+	return Result{Removed: uint64(len(victims))}
+}

@@ -1,0 +1,126 @@
+package fsm
+
+import (
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/lease"
+	"github.com/moonraft/moonraft/oplog"
+)
+
+// Reads are plain functions of the state. A read that grants a lease does
+// not change the state: it returns the Grant, and the leader batches the
+// renewal into the next Tick so every node applies it.
+
+// Grant is the read lease a read hands out.
+type Grant struct {
+	Renewal   lease.Renewal // to record in the leader's batcher
+	CurrentMs int64         // the lease deadline the key holds now
+	UntilMs   int64         // the deadline the client may rely on
+}
+
+func (f *FSM) grant(key string, o *object, nowMs int64) Grant {
+	cur := f.effectiveLease(o)
+	return Grant{
+		Renewal:   lease.Renewal{Key: key, AtMs: nowMs},
+		CurrentMs: cur,
+		UntilMs:   lease.Extend(cur, nowMs, f.params.LeaseTTLMs),
+	}
+}
+
+// GetReplicaList returns the COMPLETE replicas of key and the lease the read
+// grants, as of the leader's clock nowMs.
+func (f *FSM) GetReplicaList(key string, nowMs int64) ([]oplog.ReplicaDesc, Grant, error) {
+	if err := validateKey(key); err != nil {
+		return nil, Grant{}, err
+	}
+	o, ok := f.getObject(key)
+	if !ok {
+		return nil, Grant{}, errcode.New(errcode.ObjectNotFound, "key %q not found", key)
+	}
+	if !o.complete() {
+		return nil, Grant{}, errcode.New(errcode.ReplicaIsNotReady, "key %q is still being written", key)
+	}
+	return o.descriptors(), f.grant(key, o, nowMs), nil
+}
+
+// ExistKey reports whether key exists and is complete; if so it grants a
+// lease like GetReplicaList (Mooncake renews on ExistKey too).
+func (f *FSM) ExistKey(key string, nowMs int64) (bool, Grant, error) {
+	if err := validateKey(key); err != nil {
+		return false, Grant{}, err
+	}
+	o, ok := f.getObject(key)
+	if !ok || !o.complete() {
+		return false, Grant{}, nil
+	}
+	return true, f.grant(key, o, nowMs), nil
+}
+
+// KeyReplicas is one object found by GetReplicaListByRegex.
+type KeyReplicas struct {
+	Key      string
+	Replicas []oplog.ReplicaDesc
+	Grant    Grant
+}
+
+// GetReplicaListByRegex returns every complete object whose key matches, in
+// key order, each with the lease the read grants.
+func (f *FSM) GetReplicaListByRegex(expr string, nowMs int64) ([]KeyReplicas, error) {
+	re, err := compileRegex(expr)
+	if err != nil {
+		return nil, err
+	}
+	var out []KeyReplicas
+	f.objects.Ascend(func(it objItem) bool {
+		if it.obj.complete() && re.MatchString(it.key) {
+			out = append(out, KeyReplicas{it.key, it.obj.descriptors(), f.grant(it.key, it.obj, nowMs)})
+		}
+		return true
+	})
+	return out, nil
+}
+
+// HasSession reports whether client has a live session (a Ping from a client
+// without one is answered NEED_REMOUNT).
+func (f *FSM) HasSession(clientID string) bool {
+	_, ok := f.sessions[clientID]
+	return ok
+}
+
+// Stats summarises the state for status and metrics.
+type Stats struct {
+	NowMs         int64
+	AppliedSeq    uint64
+	Segments      int
+	Sessions      int
+	Objects       int
+	Processing    int
+	UsedBytes     uint64
+	CapacityBytes uint64
+	RingLen       int
+	LeaderID      string
+	Term          uint64
+}
+
+// Stats returns counters of the state.
+func (f *FSM) Stats() Stats {
+	return Stats{
+		NowMs:         f.nowMs,
+		AppliedSeq:    f.appliedSeq,
+		Segments:      len(f.segments),
+		Sessions:      len(f.sessions),
+		Objects:       f.objects.Len(),
+		Processing:    f.processing.Len(),
+		UsedBytes:     f.used,
+		CapacityBytes: f.capacity,
+		RingLen:       len(f.ring),
+		LeaderID:      f.leaderID,
+		Term:          f.term,
+	}
+}
+
+// Params returns the parameters in force.
+func (f *FSM) Params() Params { return f.params }
+
+// Ring returns the OpLog entries not yet acknowledged as exported, oldest
+// first. The slice is shared: callers must not modify it.
+func (f *FSM) Ring() []oplog.Entry { return f.ring[:len(f.ring):len(f.ring)] }

@@ -1,0 +1,517 @@
+package fsm
+
+import (
+	"cmp"
+	"errors"
+	"io"
+	"slices"
+
+	"github.com/google/btree"
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/oplog"
+	"github.com/moonraft/moonraft/snapshots"
+)
+
+// Section names, in the order they appear; the order is part of the format.
+var sectionOrder = []string{"meta", "segments", "sessions", "objects", "tombstones", "ring"}
+
+// Snapshot is a point-in-time view of the state. Taking it is cheap (the
+// object and tombstone trees are cloned copy-on-write, the rest is small);
+// writing it may then run in another goroutine while Apply goes on.
+type Snapshot struct {
+	meta       meta
+	segments   []*segment
+	sessions   []sessionRec
+	objects    *btree.BTreeG[objItem]
+	tombstones *btree.BTreeG[tombstone]
+	ring       []oplog.Entry
+	used       uint64
+}
+
+type meta struct {
+	params       Params
+	nowMs        int64
+	appliedSeq   uint64
+	leaseFloorMs int64
+	needSpace    bool
+	leaderID     string
+	term         uint64
+}
+
+type sessionRec struct {
+	clientID   string
+	deadlineMs int64
+	segments   []*segment
+}
+
+func (f *FSM) meta() meta {
+	return meta{f.params, f.nowMs, f.appliedSeq, f.leaseFloorMs, f.needSpace, f.leaderID, f.term}
+}
+
+// Snapshot captures the state. It must be called with Apply excluded (the
+// caller's lock); the returned value is independent of later Applies.
+func (f *FSM) Snapshot() *Snapshot {
+	s := &Snapshot{
+		meta:       f.meta(),
+		segments:   slices.Clone(f.segOrder),
+		objects:    f.objects.Clone(),
+		tombstones: f.tombstones.Clone(),
+		ring:       f.Ring(),
+		used:       f.used,
+	}
+	for id, sess := range f.sessions {
+		d, _ := f.deadlines.Deadline(id)
+		s.sessions = append(s.sessions, sessionRec{id, d, slices.Clone(sess.segments)})
+	}
+	slices.SortFunc(s.sessions, func(a, b sessionRec) int { return cmp.Compare(a.clientID, b.clientID) })
+	return s
+}
+
+// Write streams the snapshot into w as a MOONSNAP file. h supplies what the
+// state does not know (Raft index and term, cluster, node, time); the
+// counts and applied seq are filled in here.
+func (s *Snapshot) Write(w io.Writer, h snapshots.Header) error {
+	h.AppliedSeq = s.meta.appliedSeq
+	h.Segments = uint64(len(s.segments))
+	h.Sessions = uint64(len(s.sessions))
+	h.Objects = uint64(s.objects.Len())
+	h.Bytes = s.used
+	sw, err := snapshots.NewWriter(w, h)
+	if err != nil {
+		return err
+	}
+	if err := s.writeSections(sw); err != nil {
+		return err
+	}
+	return sw.Close()
+}
+
+// Digest is the SHA-256 of the canonical encoding of the whole state: equal
+// on two nodes exactly when their states are equal.
+func (f *FSM) Digest() [32]byte {
+	w := snapshots.NewDigestWriter()
+	// A digest writer has no underlying writer, so neither call can fail.
+	_ = f.Snapshot().writeSections(w)
+	_ = w.Close()
+	return w.Digest()
+}
+
+func (s *Snapshot) writeSections(w *snapshots.Writer) error {
+	var e enc
+	rec := func() error {
+		err := w.Record(e.b)
+		e.b = e.b[:0]
+		return err
+	}
+	segIndex := make(map[*segment]uint64, len(s.segments))
+	for i, sg := range s.segments {
+		segIndex[sg] = uint64(i)
+	}
+	var err error
+	section := func(name string, body func() error) {
+		if err == nil {
+			err = w.Section(name)
+		}
+		if err == nil {
+			err = body()
+		}
+	}
+	section("meta", func() error {
+		m := &s.meta
+		m.params.encode(&e)
+		e.i64(m.nowMs)
+		e.u64(m.appliedSeq)
+		e.i64(m.leaseFloorMs)
+		e.bool(m.needSpace)
+		e.str(m.leaderID)
+		e.u64(m.term)
+		return rec()
+	})
+	section("segments", func() error {
+		for _, sg := range s.segments {
+			e.str(sg.clientID)
+			spec := sg.spec()
+			spec.encode(&e)
+			if err := rec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	section("sessions", func() error {
+		for _, ss := range s.sessions {
+			e.str(ss.clientID)
+			e.i64(ss.deadlineMs)
+			e.u64(uint64(len(ss.segments)))
+			for _, sg := range ss.segments {
+				e.u64(segIndex[sg])
+			}
+			if err := rec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	section("objects", func() error {
+		var werr error
+		s.objects.Ascend(func(it objItem) bool {
+			encodeObject(&e, it.key, it.obj, segIndex)
+			werr = rec()
+			return werr == nil
+		})
+		return werr
+	})
+	section("tombstones", func() error {
+		var werr error
+		s.tombstones.Ascend(func(t tombstone) bool {
+			e.str(t.key)
+			e.u64(t.keySeq)
+			e.i64(t.removedAtMs)
+			werr = rec()
+			return werr == nil
+		})
+		return werr
+	})
+	section("ring", func() error {
+		for _, en := range s.ring {
+			e.u64(en.SequenceID)
+			e.i64(en.TimestampMs)
+			e.u64(uint64(en.OpType))
+			e.str(en.Key)
+			e.str(en.Payload)
+			e.u64(uint64(en.Checksum))
+			e.u64(uint64(en.PrefixHash))
+			e.u64(en.KeySequenceID)
+			e.str(string(en.Source))
+			if err := rec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return err
+}
+
+func encodeObject(e *enc, key string, o *object, segIndex map[*segment]uint64) {
+	e.str(key)
+	e.u64(o.size)
+	e.str(o.clientID)
+	e.i64(o.putStartMs)
+	e.i64(o.leaseMs)
+	e.bool(o.softPin)
+	e.i64(o.softPinMs)
+	e.u64(o.keySeq)
+	e.u64(uint64(len(o.replicas)))
+	for _, r := range o.replicas {
+		e.u64(uint64(r.status))
+		e.u64(uint64(len(r.buffers)))
+		for _, b := range r.buffers {
+			e.u64(segIndex[b.seg])
+			e.u64(b.offset)
+			e.u64(b.length)
+		}
+	}
+}
+
+// Restore replaces the state with the snapshot read from r. The new state is
+// built aside and validated — checksum, canonical order, every invariant —
+// and swapped in only if all of it holds; on error f is unchanged.
+func (f *FSM) Restore(r io.Reader) (snapshots.Header, error) {
+	sr, err := snapshots.NewReader(r)
+	if err != nil {
+		return snapshots.Header{}, err
+	}
+	nf, err := readState(sr)
+	if err != nil {
+		return snapshots.Header{}, err
+	}
+	*f = *nf
+	return sr.Header(), nil
+}
+
+// restorer builds a state from snapshot records, section by section.
+type restorer struct {
+	f        *FSM
+	section  int // index in sectionOrder of the current section
+	records  int // records seen in the current section
+	lastKey  string
+	segs     []*segment
+	segUsed  map[*segment][]freeRange
+	sessOf   map[*segment]string
+	lastTomb string
+}
+
+func readState(sr *snapshots.Reader) (*FSM, error) {
+	rs := &restorer{f: New(), section: -1, sessOf: map[*segment]string{}, segUsed: map[*segment][]freeRange{}}
+	for {
+		name, data, err := sr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := rs.record(name, data); err != nil {
+			return nil, err
+		}
+	}
+	if err := rs.finish(); err != nil {
+		return nil, err
+	}
+	return rs.f, nil
+}
+
+func corrupt(format string, args ...any) error {
+	return errcode.New(errcode.FileReadFail, "snapshot state: "+format, args...)
+}
+
+func (rs *restorer) record(name string, data []byte) error {
+	if rs.section < 0 || sectionOrder[rs.section] != name {
+		// The reader only shows records, so an empty section is simply
+		// skipped; the ones that appear must keep the canonical order.
+		next := rs.section + 1
+		for next < len(sectionOrder) && sectionOrder[next] != name {
+			next++
+		}
+		if next == len(sectionOrder) || (rs.section < 0 && name != "meta") {
+			return corrupt("unexpected section %q (sections are %v, in that order, meta first)", name, sectionOrder)
+		}
+		rs.section, rs.records = next, 0
+	}
+	rs.records++
+	d := &dec{b: data, what: "snapshot " + name + " record"}
+	var err error
+	switch name {
+	case "meta":
+		err = rs.meta(d)
+	case "segments":
+		err = rs.segment(d)
+	case "sessions":
+		err = rs.session(d)
+	case "objects":
+		err = rs.object(d)
+	case "tombstones":
+		err = rs.tombstone(d)
+	case "ring":
+		err = rs.ringEntry(d)
+	}
+	if err == nil {
+		err = d.done()
+	}
+	return err
+}
+
+func (rs *restorer) meta(d *dec) error {
+	if rs.records > 1 {
+		return corrupt("more than one meta record")
+	}
+	f := rs.f
+	f.params.decode(d)
+	f.nowMs = d.i64()
+	f.appliedSeq = d.u64()
+	f.leaseFloorMs = d.i64()
+	f.needSpace = d.bool()
+	f.leaderID = d.str()
+	f.term = d.u64()
+	if d.err != nil {
+		return d.err
+	}
+	return f.params.Validate()
+}
+
+func (rs *restorer) segment(d *dec) error {
+	clientID := d.str()
+	var spec SegmentSpec
+	spec.decode(d)
+	if d.err != nil {
+		return d.err
+	}
+	if err := validateSegment(&spec); err != nil {
+		return err
+	}
+	if err := validateID("client id", clientID); err != nil {
+		return err
+	}
+	if n := len(rs.segs); n > 0 && rs.segs[n-1].id >= spec.ID {
+		return corrupt("segments out of order at %q", spec.ID)
+	}
+	if _, dup := rs.f.segNames[spec.Name]; dup {
+		return corrupt("segment name %q used twice", spec.Name)
+	}
+	s := &segment{id: spec.ID, name: spec.Name, clientID: clientID, base: spec.Base, size: spec.Size}
+	rs.segs = append(rs.segs, s)
+	rs.f.segNames[s.name] = s // names are checked here; the rest is wired in finish
+	return nil
+}
+
+func (rs *restorer) segRef(d *dec) *segment {
+	i := d.u64()
+	if d.err != nil {
+		return nil
+	}
+	if i >= uint64(len(rs.segs)) {
+		d.fail("segment index %d of %d", i, len(rs.segs))
+		return nil
+	}
+	return rs.segs[i]
+}
+
+func (rs *restorer) session(d *dec) error {
+	f := rs.f
+	id := d.str()
+	deadline := d.i64()
+	segs := make([]*segment, d.count(1))
+	for i := range segs {
+		segs[i] = rs.segRef(d)
+	}
+	if d.err != nil {
+		return d.err
+	}
+	if _, dup := f.sessions[id]; dup {
+		return corrupt("session %q appears twice", id)
+	}
+	for i, s := range segs {
+		if s.clientID != id || rs.sessOf[s] != "" || (i > 0 && segs[i-1].id >= s.id) {
+			return corrupt("session %q lists segment %q wrongly (owner %q)", id, s.id, s.clientID)
+		}
+		rs.sessOf[s] = id
+	}
+	f.sessions[id] = &session{clientID: id, segments: segs}
+	f.deadlines.Set(id, deadline)
+	return nil
+}
+
+func (rs *restorer) object(d *dec) error {
+	key := d.str()
+	o := &object{}
+	o.size = d.u64()
+	o.clientID = d.str()
+	o.putStartMs = d.i64()
+	o.leaseMs = d.i64()
+	o.softPin = d.bool()
+	o.softPinMs = d.i64()
+	o.keySeq = d.u64()
+	o.replicas = make([]replica, d.count(2))
+	for i := range o.replicas {
+		r := &o.replicas[i]
+		r.status = ReplicaStatus(d.u64())
+		r.buffers = make([]buffer, d.count(3))
+		var sum uint64
+		for j := range r.buffers {
+			b := &r.buffers[j]
+			b.seg = rs.segRef(d)
+			b.offset = d.u64()
+			b.length = d.u64()
+			sum += b.length
+		}
+		if d.err != nil {
+			return d.err
+		}
+		if (r.status != Processing && r.status != Complete) || len(r.buffers) == 0 || sum != o.size {
+			return corrupt("object %q has a malformed replica", key)
+		}
+		for _, b := range r.buffers {
+			if b.length == 0 || b.offset+b.length < b.offset || b.offset+b.length > b.seg.size {
+				return corrupt("object %q has a buffer outside segment %q", key, b.seg.id)
+			}
+			rs.segUsed[b.seg] = append(rs.segUsed[b.seg], freeRange{b.offset, b.length})
+		}
+	}
+	if d.err != nil {
+		return d.err
+	}
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if len(o.replicas) == 0 || len(o.replicas) > MaxReplicas {
+		return corrupt("object %q has %d replicas", key, len(o.replicas))
+	}
+	if rs.lastKey >= key && rs.f.objects.Len() > 0 {
+		return corrupt("objects out of order at %q", key)
+	}
+	rs.lastKey = key
+	if sess, ok := rs.f.sessions[o.clientID]; ok {
+		o.clientID = sess.clientID
+	}
+	rs.f.objects.ReplaceOrInsert(objItem{key, o})
+	if o.processing() {
+		rs.f.processing.ReplaceOrInsert(procItem{o.putStartMs, key})
+	}
+	return nil
+}
+
+func (rs *restorer) tombstone(d *dec) error {
+	t := tombstone{key: d.str(), keySeq: d.u64(), removedAtMs: d.i64()}
+	if d.err != nil {
+		return d.err
+	}
+	if t.key <= rs.lastTomb && rs.f.tombstones.Len() > 0 {
+		return corrupt("tombstones out of order at %q", t.key)
+	}
+	if _, live := rs.f.getObject(t.key); live || t.keySeq == 0 {
+		return corrupt("tombstone for %q conflicts with a live object or has sequence 0", t.key)
+	}
+	rs.lastTomb = t.key
+	rs.f.tombstones.ReplaceOrInsert(t)
+	return nil
+}
+
+func (rs *restorer) ringEntry(d *dec) error {
+	e := oplog.Entry{
+		SequenceID:  d.u64(),
+		TimestampMs: d.i64(),
+		OpType:      oplog.OpType(d.u64()),
+		Key:         d.str(),
+		Payload:     d.str(),
+		Checksum:    uint32(d.u64()),
+	}
+	e.PrefixHash = uint32(d.u64())
+	e.KeySequenceID = d.u64()
+	e.Source = oplog.Source(d.str())
+	if d.err != nil {
+		return d.err
+	}
+	if err := e.Verify(); err != nil {
+		return err
+	}
+	f := rs.f
+	if n := len(f.ring); n > 0 && e.SequenceID != f.ring[n-1].SequenceID+1 {
+		return corrupt("export ring has a gap before seq %d", e.SequenceID)
+	}
+	f.ring = append(f.ring, e)
+	return nil
+}
+
+// finish wires segments to their sessions and allocators and checks what
+// spans sections.
+func (rs *restorer) finish() error {
+	if rs.section < 0 {
+		return corrupt("no meta record")
+	}
+	f := rs.f
+	for _, s := range rs.segs {
+		if rs.sessOf[s] == "" {
+			return corrupt("segment %q belongs to no session", s.id)
+		}
+		used := rs.segUsed[s]
+		slices.SortFunc(used, func(a, b freeRange) int { return cmp.Compare(a.off, b.off) })
+		a, ok := rebuildAllocator(s.size, used)
+		if !ok {
+			return corrupt("buffers overlap in segment %q", s.id)
+		}
+		s.alloc = a
+		f.segments[s.id] = s
+		f.capacity += s.size
+		f.used += s.size - a.free
+	}
+	f.segOrder = rs.segs
+	if n := len(f.ring); n > 0 && f.ring[n-1].SequenceID != f.appliedSeq {
+		return corrupt("export ring ends at seq %d but applied seq is %d", f.ring[n-1].SequenceID, f.appliedSeq)
+	}
+	f.tombstones.Ascend(func(t tombstone) bool {
+		f.tombQueue = append(f.tombQueue, t)
+		return true
+	})
+	slices.SortStableFunc(f.tombQueue, func(a, b tombstone) int { return cmp.Compare(a.removedAtMs, b.removedAtMs) })
+	return nil
+}

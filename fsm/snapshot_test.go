@@ -1,0 +1,248 @@
+package fsm
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/lease"
+	"github.com/moonraft/moonraft/snapshots"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// busyState returns an FSM with some of everything: segments of several
+// clients, complete and PROCESSING objects, soft pins, tombstones, a ring.
+func busyState(t testing.TB) *FSM {
+	g := newGen(rand.New(rand.NewPCG(5, 5)))
+	f := New()
+	for i := 0; i < 3000; i++ {
+		f.Apply(Encode(g.next(f)))
+	}
+	x := &h{t: t, f: f, now: g.now}
+	x.mount("z", "zs", 0, 1<<20)
+	// On z's own segment, so other clients' expiry cannot take them.
+	put := func(key string, softPin bool, end bool, sizes ...uint64) {
+		x.ok(&PutStart{NowMs: x.now, Key: key, SliceLengths: sizes, ReplicaNum: 1, SoftPin: softPin, PreferredSegment: "name-zs", ClientID: "z"})
+		if end {
+			x.ok(&PutEnd{NowMs: x.now, Key: key, ClientID: "z"})
+		}
+	}
+	put("z/complete", false, true, 100, 200)
+	put("z/processing", false, false, 10)
+	put("z/pinned", true, true, 5)
+	put("z/gone", false, true, 1)
+	x.ok(&Remove{NowMs: x.now, Key: "z/gone", Force: true})
+	require.NotZero(t, f.tombstones.Len())
+	require.NotEmpty(t, f.ring)
+	return f
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	f := busyState(t)
+	var buf bytes.Buffer
+	hdr := snapshots.Header{RaftIndex: 42, RaftTerm: 3, ClusterID: "cl", NodeID: "n1", CreatedUnixMs: 99}
+	require.NoError(t, f.Snapshot().Write(&buf, hdr))
+
+	sum, err := snapshots.Inspect(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err)
+	assert.Equal(t, f.Digest(), sum.Digest, "the file's body digest is the state digest")
+	assert.Equal(t, uint64(f.objects.Len()), sum.Header.Objects)
+	assert.Equal(t, uint64(len(f.segments)), sum.Header.Segments)
+	assert.Equal(t, uint64(len(f.sessions)), sum.Header.Sessions)
+	assert.Equal(t, f.used, sum.Header.Bytes)
+	assert.Equal(t, f.appliedSeq, sum.Header.AppliedSeq)
+
+	g := New()
+	h, err := g.Restore(&buf)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(42), h.RaftIndex)
+	assert.Equal(t, "cl", h.ClusterID)
+	assert.Equal(t, f.Digest(), g.Digest())
+	assert.Equal(t, f.Stats(), g.Stats())
+	require.NoError(t, g.CheckInvariants())
+
+	// The restored state goes on exactly like the original.
+	gen := newGen(rand.New(rand.NewPCG(6, 6)))
+	gen.now = f.nowMs
+	for i := 0; i < 2000; i++ {
+		e := Encode(gen.next(f))
+		require.Equal(t, f.Apply(e), g.Apply(e))
+	}
+	assert.Equal(t, f.Digest(), g.Digest())
+}
+
+// TestSnapshotIsPointInTime: a snapshot taken before more commands are
+// applied writes the state as it was when taken.
+func TestSnapshotIsPointInTime(t *testing.T) {
+	f := busyState(t)
+	want := f.Digest()
+	snap := f.Snapshot()
+	x := &h{t: t, f: f, now: f.nowMs + 1}
+	x.tick(lease.Renewal{Key: "z/complete", AtMs: x.now})
+	x.ok(&PutEnd{NowMs: x.now, Key: "z/processing", ClientID: "z"})
+	x.ok(&RemoveAll{NowMs: x.now, Force: true})
+	x.ok(&Exported{Seq: f.appliedSeq})
+	require.NotEqual(t, want, f.Digest())
+	var buf bytes.Buffer
+	require.NoError(t, snap.Write(&buf, snapshots.Header{}))
+	g := New()
+	_, err := g.Restore(&buf)
+	require.NoError(t, err)
+	assert.Equal(t, want, g.Digest())
+}
+
+func TestDigestDistinguishesStates(t *testing.T) {
+	x := newH(t)
+	empty := x.f.Digest()
+	x.mount("c1", "s1", 0, 100)
+	mounted := x.f.Digest()
+	assert.NotEqual(t, empty, mounted)
+	x.put("k", "c1", 10)
+	put := x.f.Digest()
+	assert.NotEqual(t, mounted, put)
+	x.tick(lease.Renewal{Key: "k", AtMs: x.now})
+	assert.NotEqual(t, put, x.f.Digest(), "a lease renewal changes the state")
+	y := newH(t)
+	assert.Equal(t, empty, y.f.Digest())
+}
+
+// TestRestoreRejectsBadSnapshots: each bad file is refused with a clear
+// error and the state that was there stays untouched.
+func TestRestoreRejectsBadSnapshots(t *testing.T) {
+	good := func() *FSM { return busyState(t) }
+	write := func(f *FSM) []byte {
+		var buf bytes.Buffer
+		require.NoError(t, f.Snapshot().Write(&buf, snapshots.Header{}))
+		return buf.Bytes()
+	}
+	valid := write(good())
+	firstObject := func(f *FSM) (string, *object) {
+		it, _ := f.objects.Min()
+		return it.key, it.obj
+	}
+	tests := []struct {
+		name string
+		file func() []byte
+		want errcode.Code
+	}{
+		{"truncated", func() []byte { return valid[:len(valid)/2] }, errcode.FileReadFail},
+		{"flipped byte", func() []byte {
+			b := bytes.Clone(valid)
+			b[len(b)/2] ^= 0x40
+			return b
+		}, errcode.ChecksumMismatch},
+		{"not a snapshot", func() []byte { return []byte("hello world, not a snapshot at all") }, errcode.FileReadFail},
+		{"overlapping buffers", func() []byte {
+			f := good()
+			x := &h{t: t, f: f, now: f.nowMs}
+			x.mount("y", "ys", 0, 1000)
+			x.put("y/a", "y", 10)
+			x.put("y/b", "y", 10)
+			a, _ := f.getObject("y/a")
+			b, _ := f.getObject("y/b")
+			b.replicas[0].buffers[0].offset = a.replicas[0].buffers[0].offset + 5
+			return write(f)
+		}, errcode.FileReadFail},
+		{"buffer outside segment", func() []byte {
+			f := good()
+			_, o := firstObject(f)
+			o.replicas[0].buffers[0].offset = o.replicas[0].buffers[0].seg.size
+			return write(f)
+		}, errcode.FileReadFail},
+		{"replica size mismatch", func() []byte {
+			f := good()
+			_, o := firstObject(f)
+			o.size++
+			return write(f)
+		}, errcode.FileReadFail},
+		{"segment without session", func() []byte {
+			f := good()
+			delete(f.sessions, "z")
+			return write(f)
+		}, errcode.FileReadFail},
+		{"bad ring checksum", func() []byte {
+			f := good()
+			f.ring = append(f.ring[:len(f.ring)-1:len(f.ring)-1], f.ring[len(f.ring)-1])
+			f.ring[len(f.ring)-1].Checksum++
+			return write(f)
+		}, errcode.ChecksumMismatch},
+		{"ring not ending at applied seq", func() []byte {
+			f := good()
+			f.appliedSeq++
+			return write(f)
+		}, errcode.FileReadFail},
+		{"invalid params", func() []byte {
+			f := good()
+			f.params.LeaseTTLMs = 0
+			return write(f)
+		}, errcode.InvalidParams},
+		{"tombstone of a live key", func() []byte {
+			f := good()
+			k, _ := firstObject(f)
+			f.tombstones.ReplaceOrInsert(tombstone{k, 1, 0})
+			return write(f)
+		}, errcode.FileReadFail},
+		{"no meta", func() []byte {
+			var buf bytes.Buffer
+			w, _ := snapshots.NewWriter(&buf, snapshots.Header{})
+			require.NoError(t, w.Section("meta"))
+			require.NoError(t, w.Close())
+			return buf.Bytes()
+		}, errcode.FileReadFail},
+		{"sections out of order", func() []byte {
+			var buf bytes.Buffer
+			w, _ := snapshots.NewWriter(&buf, snapshots.Header{})
+			require.NoError(t, w.Section("ring"))
+			require.NoError(t, w.Record([]byte{1}))
+			require.NoError(t, w.Section("meta"))
+			require.NoError(t, w.Record([]byte{1}))
+			require.NoError(t, w.Close())
+			return buf.Bytes()
+		}, errcode.FileReadFail},
+		{"unknown section", func() []byte {
+			var buf bytes.Buffer
+			w, _ := snapshots.NewWriter(&buf, snapshots.Header{})
+			require.NoError(t, w.Section("extra"))
+			require.NoError(t, w.Close())
+			return buf.Bytes()
+		}, errcode.FileReadFail},
+		{"malformed record", func() []byte {
+			var buf bytes.Buffer
+			w, _ := snapshots.NewWriter(&buf, snapshots.Header{})
+			require.NoError(t, w.Section("meta"))
+			require.NoError(t, w.Record([]byte{0xff}))
+			require.NoError(t, w.Close())
+			return buf.Bytes()
+		}, errcode.InvalidParams},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newH(t)
+			x.mount("c1", "s1", 0, 1000)
+			x.put("mine", "c1", 10)
+			before := x.f.Digest()
+			_, err := x.f.Restore(bytes.NewReader(tt.file()))
+			require.Error(t, err)
+			assert.Equal(t, tt.want, errcode.Of(err), "%v", err)
+			assert.Equal(t, before, x.f.Digest(), "state untouched")
+			assert.True(t, x.exists("mine"))
+		})
+	}
+}
+
+func TestRestoreOfEveryTruncation(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 1000)
+	x.put("k", "c1", 10)
+	var buf bytes.Buffer
+	require.NoError(t, x.f.Snapshot().Write(&buf, snapshots.Header{}))
+	b := buf.Bytes()
+	for n := 0; n < len(b); n++ {
+		_, err := New().Restore(bytes.NewReader(b[:n]))
+		require.Error(t, err, "truncated at %d of %d", n, len(b))
+	}
+	_, err := New().Restore(bytes.NewReader(b))
+	require.NoError(t, err)
+}

@@ -1,0 +1,208 @@
+package lease_test
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/moonraft/moonraft/lease"
+)
+
+func TestBatcherConcurrent(t *testing.T) {
+	const (
+		workers = 16
+		keys    = 300
+		clients = 50
+		rounds  = 20
+	)
+	b := lease.NewBatcher(1000)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Every worker renews every key with its own times, in an order
+			// that is not increasing, so coalescing must keep the maximum.
+			for r := range rounds {
+				for k := range keys {
+					at := int64(((r*7)%rounds)*1000 + w*10 + k%7)
+					b.Renew(fmt.Sprintf("key-%03d", k), at, at+1_000_000)
+				}
+				for c := range clients {
+					b.Ping(fmt.Sprintf("client-%02d", c), int64(((r*3)%rounds)*100+w))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	nr, np := b.Len()
+	assert.Equal(t, keys, nr)
+	assert.Equal(t, clients, np)
+	at, ok := b.Pending("key-005")
+	require.True(t, ok)
+	assert.Equal(t, int64((rounds-1)*1000+(workers-1)*10+5), at)
+
+	renewals, pings := b.Drain()
+	require.Len(t, renewals, keys)
+	require.Len(t, pings, clients)
+	assert.True(t, sort.SliceIsSorted(renewals, func(i, j int) bool { return renewals[i].Key < renewals[j].Key }))
+	assert.True(t, sort.SliceIsSorted(pings, func(i, j int) bool { return pings[i].ClientID < pings[j].ClientID }))
+	for k, r := range renewals {
+		assert.Equal(t, lease.Renewal{Key: fmt.Sprintf("key-%03d", k), AtMs: int64((rounds-1)*1000 + (workers-1)*10 + k%7)}, r)
+	}
+	for c, p := range pings {
+		assert.Equal(t, lease.Ping{ClientID: fmt.Sprintf("client-%02d", c), AtMs: int64((rounds-1)*100 + workers - 1)}, p)
+	}
+
+	nr, np = b.Len()
+	assert.Zero(t, nr)
+	assert.Zero(t, np)
+	renewals, pings = b.Drain()
+	assert.Empty(t, renewals)
+	assert.Empty(t, pings)
+}
+
+// Records made while Drain runs land in exactly one batch.
+func TestBatcherDrainWhileRecording(t *testing.T) {
+	b := lease.NewBatcher(1000)
+	const n = 20000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			b.Renew(fmt.Sprintf("k%05d", i), int64(i), 1<<40)
+			b.Ping(fmt.Sprintf("c%05d", i), int64(i))
+		}
+	}()
+	seenR, seenP := map[string]int{}, map[string]int{}
+	drain := func() {
+		r, p := b.Drain()
+		for _, x := range r {
+			seenR[x.Key]++
+		}
+		for _, x := range p {
+			seenP[x.ClientID]++
+		}
+	}
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		drain()
+	}
+	drain()
+	assert.Len(t, seenR, n)
+	assert.Len(t, seenP, n)
+	for k, c := range seenR {
+		require.Equal(t, 1, c, k)
+	}
+	for k, c := range seenP {
+		require.Equal(t, 1, c, k)
+	}
+}
+
+func TestBatcherUrgent(t *testing.T) {
+	tests := []struct {
+		name         string
+		at, deadline int64
+		urgent       bool
+	}{
+		{"far from expiry", 10_000, 15_000, false},
+		{"exactly the threshold left", 10_000, 11_000, false},
+		{"just under the threshold", 10_000, 10_999, true},
+		{"expiring now", 10_000, 10_000, true},
+		{"already expired", 10_000, 2_000, true},
+		{"never leased", 10_000, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := lease.NewBatcher(1000)
+			b.Renew("k", tt.at, tt.deadline)
+			select {
+			case <-b.Urgent():
+				assert.True(t, tt.urgent, "signalled")
+			default:
+				assert.False(t, tt.urgent, "not signalled")
+			}
+		})
+	}
+}
+
+func TestBatcherUrgentNeverBlocks(t *testing.T) {
+	b := lease.NewBatcher(1000)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 1000 {
+				b.Renew(fmt.Sprintf("k%d-%d", w, i), 100, 100) // all critical, nobody reads Urgent
+			}
+		}()
+	}
+	wg.Wait() // would hang if Renew blocked
+	<-b.Urgent()
+	select {
+	case <-b.Urgent():
+		t.Fatal("more than one pending signal")
+	default:
+	}
+	// Ping never signals.
+	b.Ping("c", 100)
+	select {
+	case <-b.Urgent():
+		t.Fatal("ping signalled")
+	default:
+	}
+}
+
+func TestBatcherPending(t *testing.T) {
+	b := lease.NewBatcher(1000)
+	_, ok := b.Pending("k")
+	assert.False(t, ok)
+
+	b.Renew("k", 500, 10_000)
+	b.Renew("k", 300, 10_000) // older: ignored
+	at, ok := b.Pending("k")
+	assert.True(t, ok)
+	assert.Equal(t, int64(500), at)
+	b.Renew("k", 700, 10_000)
+	at, _ = b.Pending("k")
+	assert.Equal(t, int64(700), at)
+	_, ok = b.Pending("other")
+	assert.False(t, ok)
+
+	renewals, pings := b.Drain()
+	assert.Equal(t, []lease.Renewal{{Key: "k", AtMs: 700}}, renewals)
+	assert.Empty(t, pings)
+	_, ok = b.Pending("k")
+	assert.False(t, ok, "drained")
+
+	b.Renew("k", 100, 10_000) // a new batch starts from scratch
+	at, ok = b.Pending("k")
+	assert.True(t, ok)
+	assert.Equal(t, int64(100), at)
+}
+
+func BenchmarkBatcherRenewParallel(b *testing.B) {
+	keys := make([]string, 4096)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("model-llama-70b/layer-%02d/chunk-%06d", i%80, i)
+	}
+	bt := lease.NewBatcher(1000)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			bt.Renew(keys[i&(len(keys)-1)], int64(i), int64(i)+5000)
+			i += 7
+		}
+	})
+}
