@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"cmp"
 	"math/bits"
 	"slices"
 
@@ -101,8 +100,13 @@ func mulDiv(a, b, c uint64) uint64 {
 
 type evictCandidate struct {
 	leaseMs int64
+	ord     int // position in key order: ties on the lease go by key
 	key     string
 	obj     *object
+}
+
+func (a *evictCandidate) less(b *evictCandidate) bool {
+	return a.leaseMs < b.leaseMs || (a.leaseMs == b.leaseMs && a.ord < b.ord)
 }
 
 // evict is Mooncake's BatchEvict: when usage is over the high watermark or a
@@ -117,13 +121,14 @@ func (f *FSM) evict() uint64 {
 	}
 	f.needSpace = false
 	target := mulDiv(f.capacity, f.params.EvictionRatioPPM, ppm)
-	var plain, pinned []evictCandidate
+	plain := make([]evictCandidate, 0, f.objects.Len())
+	var pinned []evictCandidate
 	f.objects.Ascend(func(it objItem) bool {
 		o := it.obj
 		if !o.complete() || f.leased(o) {
 			return true
 		}
-		c := evictCandidate{f.effectiveLease(o), it.key, o}
+		c := evictCandidate{f.effectiveLease(o), len(plain) + len(pinned), it.key, o}
 		if o.softPin && lease.Active(o.softPinMs, f.nowMs) {
 			pinned = append(pinned, c)
 		} else {
@@ -131,31 +136,53 @@ func (f *FSM) evict() uint64 {
 		}
 		return true
 	})
-	var freed, evicted uint64
-	passes := [][]evictCandidate{plain}
-	if f.params.AllowEvictSoftPinned {
-		passes = append(passes, pinned)
+	victims, freed := smallestUntil(plain, target, nil, 0)
+	if freed < target && f.params.AllowEvictSoftPinned {
+		victims, _ = smallestUntil(pinned, target, victims, freed)
 	}
-	for _, cands := range passes {
-		if freed >= target {
-			break
-		}
-		slices.SortFunc(cands, func(a, b evictCandidate) int {
-			if c := cmp.Compare(a.leaseMs, b.leaseMs); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.key, b.key)
-		})
-		for _, c := range cands {
-			if freed >= target {
-				break
-			}
-			freed += c.obj.heldBytes()
-			f.dropObject(c.key, c.obj, oplog.OpRemove, oplog.SourceEvict)
-			evicted++
-		}
+	f.ring = slices.Grow(f.ring, len(victims))
+	f.tombQueue = slices.Grow(f.tombQueue, len(victims))
+	for _, c := range victims {
+		f.dropObject(c.key, c.obj, oplog.OpRemove, oplog.SourceEvict)
 	}
-	return evicted
+	return uint64(len(victims))
+}
+
+// smallestUntil appends to out the candidates of cs in eviction order until
+// the bytes they hold bring freed to target. It heapifies cs and pops, which
+// is O(n + k log n) for k victims of n candidates: a full sort would cost
+// more, and there are many more candidates than victims.
+func smallestUntil(cs []evictCandidate, target uint64, out []evictCandidate, freed uint64) ([]evictCandidate, uint64) {
+	for i := len(cs)/2 - 1; i >= 0; i-- {
+		siftDown(cs, i)
+	}
+	for len(cs) > 0 && freed < target {
+		out = append(out, cs[0])
+		freed += cs[0].obj.heldBytes()
+		last := len(cs) - 1
+		cs[0] = cs[last]
+		cs = cs[:last]
+		siftDown(cs, 0)
+	}
+	return out, freed
+}
+
+func siftDown(h []evictCandidate, i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h[r].less(&h[l]) {
+			m = r
+		}
+		if !h[m].less(&h[i]) {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
 }
 
 func (o *object) heldBytes() uint64 {

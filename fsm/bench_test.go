@@ -1,0 +1,175 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/moonraft/moonraft/lease"
+	"github.com/moonraft/moonraft/snapshots"
+)
+
+// benchState builds an FSM holding n complete objects of 4 KiB in 16
+// segments sized so the objects fill fill/1 of them, through Apply as the
+// Raft log would. Keys are "bench/%08d" (14 bytes).
+func benchState(b *testing.B, n int, fill float64) *FSM {
+	b.Helper()
+	f := New()
+	const nSegs, objSize = 16, 4096
+	segSize := uint64(float64(n)/fill/nSegs+1) * objSize
+	now := int64(1_700_000_000_000)
+	for i := 0; i < nSegs; i++ {
+		f.Apply(Encode(&MountSegment{NowMs: now, ClientID: "bench", Segment: SegmentSpec{
+			ID: fmt.Sprintf("seg-%02d", i), Name: fmt.Sprintf("host-%02d:7000", i), Base: 0x7f0000000000 + uint64(i)*segSize, Size: segSize}}))
+	}
+	for i := 0; i < n; i++ {
+		key := benchKey(i)
+		if r := f.Apply(Encode(&PutStart{NowMs: now, Key: key, SliceLengths: []uint64{objSize}, ReplicaNum: 1, ClientID: "bench"})); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		f.Apply(Encode(&PutEnd{NowMs: now, Key: key, ClientID: "bench"}))
+		if len(f.ring) >= 100_000 {
+			f.Apply(Encode(&Exported{Seq: f.appliedSeq}))
+		}
+	}
+	f.Apply(Encode(&Exported{Seq: f.appliedSeq}))
+	return f
+}
+
+func benchKey(i int) string { return fmt.Sprintf("bench/%08d", i) }
+
+// BenchmarkPutPair: one PutStart and its PutEnd, decoded and applied as from
+// the Raft log, into a state that grows to b.N objects.
+func BenchmarkPutPair(b *testing.B) {
+	f := benchState(b, 0, 1)
+	f.Apply(Encode(&MountSegment{NowMs: 1, ClientID: "bench", Segment: SegmentSpec{ID: "big", Name: "big", Base: 1 << 50, Size: 1 << 48}}))
+	starts, ends := make([][]byte, b.N), make([][]byte, b.N)
+	for i := range starts {
+		starts[i] = Encode(&PutStart{NowMs: 2, Key: benchKey(i), SliceLengths: []uint64{4096}, ReplicaNum: 1, ClientID: "bench"})
+		ends[i] = Encode(&PutEnd{NowMs: 2, Key: benchKey(i), ClientID: "bench"})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if r := f.Apply(starts[i]); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		f.Apply(ends[i])
+		if i%10_000 == 0 {
+			f.Apply(Encode(&Exported{Seq: f.appliedSeq}))
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+}
+
+// BenchmarkTickRenewals: a Tick carrying 1,500 read-lease renewals (seed
+// 000's peak of 15,000 renewals/s at 10 ticks/s) into 100,000 objects.
+func BenchmarkTickRenewals(b *testing.B) {
+	const n, renewals = 100_000, 1500
+	f := benchState(b, n, 0.5)
+	rng := rand.New(rand.NewPCG(1, 2))
+	ticks := make([][]byte, 64)
+	now := f.nowMs
+	for i := range ticks {
+		now += 100
+		t := &Tick{NowMs: now}
+		for j := 0; j < renewals; j++ {
+			t.Renewals = append(t.Renewals, lease.Renewal{Key: benchKey(rng.IntN(n)), AtMs: now})
+		}
+		t.Pings = []lease.Ping{{ClientID: "bench", AtMs: now}}
+		ticks[i] = Encode(t)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		f.Apply(ticks[i%len(ticks)])
+	}
+	b.ReportMetric(float64(b.N*renewals)/b.Elapsed().Seconds(), "renewals/s")
+}
+
+// BenchmarkEvict: one Tick that evicts 100,000 objects. In "all" the state
+// holds exactly those; in "of1M" it holds 1,000,000 over the watermark and
+// the tick evicts 10 % of capacity, so the candidate scan is included.
+func BenchmarkEvict(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		n     int
+		ratio uint64
+	}{{"all100k", 100_000, ppm}, {"100kOf1M", 1_000_000, 100_000}} {
+		b.Run(tc.name, func(b *testing.B) {
+			base := benchState(b, tc.n, 1)
+			var snap bytes.Buffer
+			if err := base.Snapshot().Write(&snap, snapshots.Header{}); err != nil {
+				b.Fatal(err)
+			}
+			var evicted uint64
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				f := New()
+				if _, err := f.Restore(bytes.NewReader(snap.Bytes())); err != nil {
+					b.Fatal(err)
+				}
+				p := f.params
+				p.EvictionRatioPPM = tc.ratio
+				f.Apply(Encode(&Promote{NowMs: f.nowMs, LeaderID: "n", Term: 1, Params: p}))
+				now := f.nowMs + p.LeaseTTLMs
+				tick := Encode(&Tick{NowMs: now, Pings: []lease.Ping{{ClientID: "bench", AtMs: now}}})
+				runtime.GC()
+				b.StartTimer()
+				evicted += f.Apply(tick).Evicted
+			}
+			b.ReportMetric(float64(evicted)/float64(b.N), "evicted/op")
+			b.ReportMetric(float64(evicted)/b.Elapsed().Seconds(), "evictions/s")
+		})
+	}
+}
+
+// BenchmarkSnapshot1M writes and restores a state of 1,000,000 objects.
+func BenchmarkSnapshot1M(b *testing.B) {
+	f := benchState(b, 1_000_000, 0.5)
+	var buf bytes.Buffer
+	b.Run("write", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			buf.Reset()
+			if err := f.Snapshot().Write(&buf, snapshots.Header{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(buf.Len())/1e6, "MB")
+	})
+	b.Run("restore", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			g := New()
+			if _, err := g.Restore(bytes.NewReader(buf.Bytes())); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("digest", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			f.Digest()
+		}
+	})
+}
+
+// BenchmarkHeapPerObject measures live heap bytes per complete object
+// (one replica, one slice), key bytes aside.
+func BenchmarkHeapPerObject(b *testing.B) {
+	const n = 1_000_000
+	for i := 0; i < b.N; i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		f := benchState(b, n, 0.5)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		keyBytes := n * len(benchKey(0))
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)-int64(keyBytes))/n, "B/object")
+		runtime.KeepAlive(f)
+	}
+}
