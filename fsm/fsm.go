@@ -294,13 +294,11 @@ func (f *FSM) bury(key string, seq uint64) {
 	f.tombQueue = append(f.tombQueue, t)
 }
 
-// unbury returns and forgets the sequence of a removed key (0 if none).
-func (f *FSM) unbury(key string) uint64 {
-	t, ok := f.tombstones.Delete(tombstone{key: key})
-	if !ok {
-		return 0
-	}
-	return t.keySeq
+// unbury takes the tombstone of a re-created key (keySeq 0 if none); its
+// queue entry stays behind and is skipped at expiry.
+func (f *FSM) unbury(key string) tombstone {
+	t, _ := f.tombstones.Delete(tombstone{key: key})
+	return t
 }
 
 func (f *FSM) expireTombstones() {

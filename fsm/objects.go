@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"hash/fnv"
 	"regexp"
 
 	"github.com/moonraft/moonraft/errcode"
@@ -53,10 +52,13 @@ func (f *FSM) putStart(c *PutStart) Result {
 		}
 		f.dropObject(c.Key, o, 0, oplog.SourceNone)
 	}
-	keySeq := f.unbury(c.Key)
+	tomb := f.unbury(c.Key)
+	keySeq := tomb.keySeq
 	replicas, ok := f.allocate(c, keySeq)
 	if !ok {
-		f.bury(c.Key, keySeq)
+		if keySeq != 0 {
+			f.tombstones.ReplaceOrInsert(tomb) // as it was, so it expires on time
+		}
 		f.needSpace = true
 		return failed(errcode.NoAvailableHandle,
 			"no room for %d replica(s) of %d bytes in %d segment(s); eviction will run at the next tick",
@@ -82,9 +84,7 @@ func (f *FSM) allocate(c *PutStart, keySeq uint64) ([]replica, bool) {
 	if n == 0 {
 		return nil, false
 	}
-	h := fnv.New64a()
-	h.Write([]byte(c.Key))
-	start := int((h.Sum64() + keySeq) % uint64(n))
+	start := int((fnv64a(c.Key) + keySeq) % uint64(n))
 	preferred := f.segNames[c.PreferredSegment]
 
 	nr, ns := int(c.ReplicaNum), len(c.SliceLengths)
@@ -128,6 +128,16 @@ func (f *FSM) chooseSegment(size uint64, start int, avoid map[*segment]bool, pre
 		}
 	}
 	return nil
+}
+
+// fnv64a is FNV-1a, inline because hash/fnv puts a hasher on the heap.
+func fnv64a(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 func (o *object) descriptors() []oplog.ReplicaDesc {

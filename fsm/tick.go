@@ -56,9 +56,9 @@ func (f *FSM) expireSessions() (removed uint64) {
 		}
 		f.deadlines.Pop()
 		s := f.sessions[id]
-		delete(f.sessions, id)
+		delete(f.sessions, id) // first, so dropSegments leaves s.segments alone
 		if len(s.segments) > 0 {
-			removed += f.dropSegments(slices.Clone(s.segments), oplog.SourceClientExpired)
+			removed += f.dropSegments(s.segments, oplog.SourceClientExpired)
 		}
 	}
 }
