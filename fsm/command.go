@@ -127,10 +127,11 @@ type Tick struct {
 // also carries the leader's tunables, so every node applies the log with the
 // same parameters whatever its own flags say.
 type Promote struct {
-	NowMs    int64
-	LeaderID string
-	Term     uint64
-	Params   Params
+	NowMs      int64
+	LeaderID   string
+	LeaderAddr string // the leader's client (gRPC) address, for NOT_LEADER answers
+	Term       uint64
+	Params     Params
 }
 
 // Exported trims the export ring up to Seq once etcd holds it.
@@ -296,6 +297,7 @@ func (c *Tick) decode(d *dec) {
 func (c *Promote) encode(e *enc) {
 	e.i64(c.NowMs)
 	e.str(c.LeaderID)
+	e.str(c.LeaderAddr)
 	e.u64(c.Term)
 	c.Params.encode(e)
 }
@@ -303,6 +305,7 @@ func (c *Promote) encode(e *enc) {
 func (c *Promote) decode(d *dec) {
 	c.NowMs = d.i64()
 	c.LeaderID = d.str()
+	c.LeaderAddr = d.str()
 	c.Term = d.u64()
 	c.Params.decode(d)
 }

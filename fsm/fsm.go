@@ -93,6 +93,7 @@ type FSM struct {
 	leaseFloorMs int64 // Promote's lease for every object, without touching each
 	needSpace    bool
 	leaderID     string
+	leaderAddr   string
 	term         uint64
 
 	segments map[string]*segment

@@ -486,7 +486,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		&RemoveByRegex{NowMs: 8, Regex: "^k", Force: true},
 		&RemoveAll{NowMs: 9, Force: true},
 		&Tick{NowMs: -10, Renewals: []lease.Renewal{{Key: "k", AtMs: 3}}, Pings: []lease.Ping{{ClientID: "c", AtMs: 4}}, NeedSpace: true},
-		&Promote{NowMs: 11, LeaderID: "n1", Term: 3, Params: DefaultParams()},
+		&Promote{NowMs: 11, LeaderID: "n1", LeaderAddr: "127.0.0.1:7100", Term: 3, Params: DefaultParams()},
 		&Exported{Seq: 12},
 	}
 	for _, c := range cmds {

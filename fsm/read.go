@@ -97,7 +97,8 @@ type Stats struct {
 	UsedBytes     uint64
 	CapacityBytes uint64
 	RingLen       int
-	LeaderID      string
+	LeaderID      string // the leader that last promoted itself
+	LeaderAddr    string // its client address
 	Term          uint64
 }
 
@@ -114,6 +115,7 @@ func (f *FSM) Stats() Stats {
 		CapacityBytes: f.capacity,
 		RingLen:       len(f.ring),
 		LeaderID:      f.leaderID,
+		LeaderAddr:    f.leaderAddr,
 		Term:          f.term,
 	}
 }

@@ -35,6 +35,7 @@ type meta struct {
 	leaseFloorMs int64
 	needSpace    bool
 	leaderID     string
+	leaderAddr   string
 	term         uint64
 }
 
@@ -45,7 +46,7 @@ type sessionRec struct {
 }
 
 func (f *FSM) meta() meta {
-	return meta{f.params, f.nowMs, f.appliedSeq, f.leaseFloorMs, f.needSpace, f.leaderID, f.term}
+	return meta{f.params, f.nowMs, f.appliedSeq, f.leaseFloorMs, f.needSpace, f.leaderID, f.leaderAddr, f.term}
 }
 
 // Snapshot captures the state. It must be called with Apply excluded (the
@@ -124,6 +125,7 @@ func (s *Snapshot) writeSections(w *snapshots.Writer) error {
 		e.i64(m.leaseFloorMs)
 		e.bool(m.needSpace)
 		e.str(m.leaderID)
+		e.str(m.leaderAddr)
 		e.u64(m.term)
 		return rec()
 	})
@@ -312,6 +314,7 @@ func (rs *restorer) meta(d *dec) error {
 	f.leaseFloorMs = d.i64()
 	f.needSpace = d.bool()
 	f.leaderID = d.str()
+	f.leaderAddr = d.str()
 	f.term = d.u64()
 	if d.err != nil {
 		return d.err

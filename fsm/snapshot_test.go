@@ -159,9 +159,9 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		want errcode.Code
 	}{
 		{"truncated", func() []byte { return valid[:len(valid)/2] }, errcode.FileReadFail},
-		{"flipped byte", func() []byte {
+		{"flipped byte in the trailer", func() []byte {
 			b := bytes.Clone(valid)
-			b[len(b)/2] ^= 0x40
+			b[len(b)-1] ^= 0x40
 			return b
 		}, errcode.ChecksumMismatch},
 		{"not a snapshot", func() []byte { return []byte("hello world, not a snapshot at all") }, errcode.FileReadFail},

@@ -208,7 +208,7 @@ func (f *FSM) promote(c *Promote) Result {
 	}
 	f.advance(c.NowMs)
 	f.params = c.Params
-	f.leaderID, f.term = c.LeaderID, c.Term
+	f.leaderID, f.leaderAddr, f.term = c.LeaderID, c.LeaderAddr, c.Term
 	f.leaseFloorMs = max(f.leaseFloorMs, f.nowMs+f.params.LeaseTTLMs)
 	for id := range f.sessions {
 		d, _ := f.deadlines.Deadline(id)
