@@ -11,7 +11,7 @@ FUZZ_TARGETS := \
 	./oplog:FuzzDecode \
 	./oplog:FuzzDecodePutEndPayload
 
-.PHONY: all build test unit fuzz lint bench cover clean
+.PHONY: all build test unit fuzz lint bench cover clean proto
 
 all: build
 
@@ -45,3 +45,24 @@ cover:
 
 clean:
 	rm -rf bin run tests/out coverage.out
+
+# proto regenerates transport/proto from moonraft.proto. The generator
+# versions are pinned to match google.golang.org/protobuf and
+# google.golang.org/grpc in go.mod; protoc itself comes from Debian's
+# protobuf-compiler (its version is recorded in the generated headers).
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+TOOLS_BIN := $(CURDIR)/bin/tools
+
+proto:
+	@command -v protoc >/dev/null 2>&1 || { echo "protoc not found: apt-get install protobuf-compiler"; exit 1; }
+	@$(TOOLS_BIN)/protoc-gen-go --version 2>/dev/null | grep -qx 'protoc-gen-go $(PROTOC_GEN_GO_VERSION)' || \
+		GOBIN=$(TOOLS_BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	@$(TOOLS_BIN)/protoc-gen-go-grpc --version 2>/dev/null | grep -qx 'protoc-gen-go-grpc $(patsubst v%,%,$(PROTOC_GEN_GO_GRPC_VERSION))' || \
+		GOBIN=$(TOOLS_BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	protoc -I transport/proto \
+		--plugin=protoc-gen-go=$(TOOLS_BIN)/protoc-gen-go \
+		--plugin=protoc-gen-go-grpc=$(TOOLS_BIN)/protoc-gen-go-grpc \
+		--go_out=transport/proto --go_opt=paths=source_relative \
+		--go-grpc_out=transport/proto --go-grpc_opt=paths=source_relative \
+		transport/proto/moonraft.proto

@@ -41,6 +41,7 @@ const (
 	IncompleteOplogCatchUp     Code = -1007
 	UnavailableInCurrentStatus Code = -1010
 	FileNotFound               Code = -1100
+	FileOpenFail               Code = -1101
 	FileReadFail               Code = -1102
 	FileWriteFail              Code = -1103
 
@@ -78,6 +79,7 @@ var names = map[Code]string{
 	IncompleteOplogCatchUp:     "INCOMPLETE_OPLOG_CATCH_UP",
 	UnavailableInCurrentStatus: "UNAVAILABLE_IN_CURRENT_STATUS",
 	FileNotFound:               "FILE_NOT_FOUND",
+	FileOpenFail:               "FILE_OPEN_FAIL",
 	FileReadFail:               "FILE_READ_FAIL",
 	FileWriteFail:              "FILE_WRITE_FAIL",
 	NotLeader:                  "NOT_LEADER",

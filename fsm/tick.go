@@ -115,8 +115,7 @@ func (a *evictCandidate) less(b *evictCandidate) bool {
 // ended, smallest lease deadline first (ties by key); soft-pinned objects
 // only in a second pass, if allowed.
 func (f *FSM) evict() uint64 {
-	over := mulLess(f.capacity, f.params.HighWatermarkPPM, f.used, ppm)
-	if !over && !f.needSpace {
+	if !f.EvictionDue() {
 		return 0
 	}
 	f.needSpace = false
@@ -234,4 +233,11 @@ func (f *FSM) exported(c *Exported) Result {
 		f.ring = f.ring[n:]
 	}
 	return Result{}
+}
+
+// EvictionDue reports whether the next Tick will evict (over the watermark
+// or a PutStart failed for space): the leader then holds reads until it is
+// applied.
+func (f *FSM) EvictionDue() bool {
+	return f.needSpace || mulLess(f.capacity, f.params.HighWatermarkPPM, f.used, ppm)
 }

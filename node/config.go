@@ -1,0 +1,108 @@
+package node
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/fsm"
+)
+
+// Peer is one member of the initial cluster.
+type Peer struct {
+	ID       string
+	RaftAddr string
+}
+
+// ParsePeers parses "id=host:port,id=host:port".
+func ParsePeers(s string) ([]Peer, error) {
+	var out []Peer
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(part, "=")
+		if !ok || id == "" || addr == "" {
+			return nil, errcode.New(errcode.InvalidParams, "peer %q: want id=host:port", part)
+		}
+		if seen[id] {
+			return nil, errcode.New(errcode.InvalidParams, "peer id %q appears twice", id)
+		}
+		seen[id] = true
+		out = append(out, Peer{ID: id, RaftAddr: addr})
+	}
+	return out, nil
+}
+
+// Config is everything one node needs.
+type Config struct {
+	ID        string
+	DataDir   string
+	RaftAddr  string // host:port to listen on and advertise for Raft
+	GRPCAddr  string // advertised to clients (in Promote, for NOT_LEADER answers)
+	ClusterID string
+
+	Bootstrap bool   // form a new cluster from Peers if DataDir holds no Raft state
+	Peers     []Peer // identical on every bootstrapping node
+
+	Params fsm.Params    // applied cluster-wide when this node becomes leader
+	Tick   time.Duration // how often the leader proposes a Tick
+
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	SnapshotInterval   time.Duration
+	SnapshotThreshold  uint64
+	SnapshotRetain     int
+
+	Logger hclog.Logger
+	// Now is the leader's clock in Unix milliseconds; tests replace it.
+	Now func() int64
+}
+
+// DefaultConfig returns DESIGN.md's defaults with timeouts tuned for a LAN.
+func DefaultConfig() Config {
+	return Config{
+		ClusterID:          "mooncake_cluster",
+		Params:             fsm.DefaultParams(),
+		Tick:               100 * time.Millisecond,
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
+		SnapshotInterval:   30 * time.Second,
+		SnapshotThreshold:  16384,
+		SnapshotRetain:     2,
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.ID == "":
+		return errcode.New(errcode.InvalidParams, "node id is empty")
+	case c.DataDir == "":
+		return errcode.New(errcode.InvalidParams, "data dir is empty")
+	case c.RaftAddr == "":
+		return errcode.New(errcode.InvalidParams, "raft address is empty")
+	case c.Tick <= 0:
+		return errcode.New(errcode.InvalidParams, "tick must be positive, got %v", c.Tick)
+	case c.Bootstrap && len(c.Peers) == 0:
+		return errcode.New(errcode.InvalidParams, "bootstrap needs --peers")
+	}
+	if c.Bootstrap {
+		found := false
+		for _, p := range c.Peers {
+			found = found || p.ID == c.ID
+		}
+		if !found {
+			return errcode.New(errcode.InvalidParams, "bootstrap peers %v do not include this node %q", c.Peers, c.ID)
+		}
+	}
+	if err := c.Params.Validate(); err != nil {
+		return fmt.Errorf("cluster parameters: %w", err)
+	}
+	return nil
+}

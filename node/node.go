@@ -1,0 +1,238 @@
+// Package node wires one moonraft server: hashicorp/raft with raft-boltdb
+// (log and stable store behind a LogCache), a FileSnapshotStore and a TCP
+// transport; the state machine; the leader loop that promotes a new leader
+// and proposes Ticks; and the propose/read paths the API serves.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/lease"
+)
+
+// Node is one running server.
+type Node struct {
+	cfg   Config
+	log   hclog.Logger
+	now   func() int64
+	raft  *raft.Raft
+	trans *raft.NetworkTransport
+	store *raftboltdb.BoltStore
+	sm    *stateMachine
+
+	batcher  *lease.Batcher
+	verifier *verifier
+	gate     *gate
+	tickMu   sync.Mutex
+	// promoted is true while this node is leader and its Promote applied.
+	promoted atomic.Bool
+	// needSpace is set when the leader refuses a PutStart for space before
+	// proposing it, so the next Tick evicts.
+	needSpace atomic.Bool
+
+	notifyCh chan bool
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	closed   atomic.Bool
+}
+
+const (
+	raftDB       = "raft.db"
+	snapshotsDir = "snapshots"
+	// urgentWithin: a renewal of a lease with less left than this forces an
+	// immediate tick (seed 000).
+	urgentWithin = 1000
+)
+
+// New starts a node: it opens or creates the data directory, bootstraps a
+// new cluster if asked and the directory is empty, and starts Raft. A node
+// restarted on an existing data directory rejoins with its stored state.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "moonraft", Level: hclog.Info})
+	}
+	if cfg.Now == nil {
+		cfg.Now = func() int64 { return time.Now().UnixMilli() }
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, errcode.New(errcode.FileWriteFail, "data dir %s: %v", cfg.DataDir, err)
+	}
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.ID),
+		now:      cfg.Now,
+		sm:       newStateMachine(cfg.ClusterID, cfg.ID, cfg.Now),
+		batcher:  lease.NewBatcher(urgentWithin),
+		gate:     newGate(),
+		notifyCh: make(chan bool, 16),
+	}
+	if err := n.startRaft(); err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	n.verifier = &verifier{r: n.raft}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.monitorLeadership(ctx)
+	}()
+	return n, nil
+}
+
+func (n *Node) startRaft() error {
+	cfg := n.cfg
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, raftDB)})
+	if err != nil {
+		return errcode.New(errcode.FileOpenFail, "raft log %s: %v", filepath.Join(cfg.DataDir, raftDB), err)
+	}
+	n.store = store
+	logs, err := raft.NewLogCache(512, store)
+	if err != nil {
+		return err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, snapshotsDir), cfg.SnapshotRetain, n.log.Named("snapshots"))
+	if err != nil {
+		return errcode.New(errcode.FileWriteFail, "snapshot store: %v", err)
+	}
+	trans, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, n.log.Named("transport"))
+	if err != nil {
+		return errcode.New(errcode.InvalidParams, "raft address %s: %v", cfg.RaftAddr, err)
+	}
+	n.trans = trans
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = n.log.Named("raft")
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.NotifyCh = n.notifyCh
+	if err := raft.ValidateConfig(rc); err != nil {
+		return errcode.New(errcode.InvalidParams, "raft timeouts: %v", err)
+	}
+
+	if cfg.Bootstrap {
+		existing, err := raft.HasExistingState(logs, store, snaps)
+		if err != nil {
+			return err
+		}
+		if !existing {
+			var servers []raft.Server
+			for _, p := range cfg.Peers {
+				servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
+			}
+			if err := raft.BootstrapCluster(rc, logs, store, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+				return fmt.Errorf("bootstrap: %w", err)
+			}
+			n.log.Info("bootstrapped a new cluster", "peers", len(servers))
+		}
+	}
+	r, err := raft.NewRaft(rc, n.sm, logs, store, snaps, trans)
+	if err != nil {
+		return fmt.Errorf("start raft: %w", err)
+	}
+	n.raft = r
+	return nil
+}
+
+func (n *Node) closeStores() {
+	if n.trans != nil {
+		_ = n.trans.Close()
+	}
+	if n.store != nil {
+		_ = n.store.Close()
+	}
+}
+
+// Close stops the node: the leader loop, Raft, the transport and the store.
+func (n *Node) Close() error {
+	if n.closed.Swap(true) {
+		return nil
+	}
+	n.cancel()
+	err := n.raft.Shutdown().Error()
+	n.wg.Wait()
+	n.closeStores()
+	return err
+}
+
+// TransferLeadership hands leadership to id (any voter if empty) and waits
+// for it; used on SIGTERM so a stopping leader does not cost an election.
+func (n *Node) TransferLeadership(id string) error {
+	var f raft.Future
+	if id == "" {
+		f = n.raft.LeadershipTransfer()
+	} else {
+		addr := n.serverAddr(id)
+		if addr == "" {
+			return errcode.New(errcode.InvalidParams, "no member %q", id)
+		}
+		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
+	}
+	if err := f.Error(); err != nil {
+		return n.raftErr(err, false)
+	}
+	return nil
+}
+
+func (n *Node) serverAddr(id string) raft.ServerAddress {
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return ""
+	}
+	for _, s := range cf.Configuration().Servers {
+		if string(s.ID) == id {
+			return s.Address
+		}
+	}
+	return ""
+}
+
+// notLeader answers a request that reached a follower: NOT_LEADER with the
+// leader's client address when the replicated state knows it, else a
+// retryable UNAVAILABLE_IN_CURRENT_STATUS.
+func (n *Node) notLeader() error {
+	_, leaderID := n.raft.LeaderWithID()
+	var st fsm.Stats
+	n.sm.read(func(f *fsm.FSM) { st = f.Stats() })
+	if leaderID != "" && string(leaderID) == st.LeaderID && st.LeaderAddr != "" && st.LeaderID != n.cfg.ID {
+		return errcode.New(errcode.NotLeader, "%s", st.LeaderAddr)
+	}
+	return errcode.New(errcode.UnavailableInCurrentStatus, "node %s is not the leader and no promoted leader is known yet; retry", n.cfg.ID)
+}
+
+// raftErr maps a Raft error to a Mooncake code. applied says whether the
+// command may have reached the log, so a lost leader means its outcome is
+// unknown rather than failed.
+func (n *Node) raftErr(err error, applied bool) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader):
+		return n.notLeader()
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress) && applied:
+		return errcode.New(errcode.OutcomeUnknown, "leadership was lost before the write committed; it may or may not have been applied")
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return errcode.New(errcode.UnavailableInCurrentStatus, "node is shutting down")
+	case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return errcode.New(errcode.UnavailableInCurrentStatus, "%v; retry", err)
+	}
+	return errcode.New(errcode.InternalError, "raft: %v", err)
+}

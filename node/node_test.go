@@ -1,0 +1,296 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type cluster struct {
+	t     *testing.T
+	cfgs  []Config
+	nodes []*Node
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// newCluster starts n bootstrapped nodes on loopback with short timeouts.
+// tick is the leader's tick interval (an hour freezes time-driven entries so
+// the log goes quiet and indexes can be compared).
+func newCluster(t *testing.T, n int, tick time.Duration) *cluster {
+	c := &cluster{t: t}
+	var peers []Peer
+	for i := 0; i < n; i++ {
+		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i), RaftAddr: freeAddr(t)})
+	}
+	for i := 0; i < n; i++ {
+		cfg := DefaultConfig()
+		cfg.ID = peers[i].ID
+		cfg.RaftAddr = peers[i].RaftAddr
+		cfg.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", 17100+i)
+		cfg.DataDir = t.TempDir()
+		cfg.Bootstrap = true
+		cfg.Peers = peers
+		cfg.Tick = tick
+		cfg.HeartbeatTimeout = 200 * time.Millisecond
+		cfg.ElectionTimeout = 200 * time.Millisecond
+		cfg.LeaderLeaseTimeout = 100 * time.Millisecond
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: cfg.ID, Level: hclog.Warn})
+		cfg.Params.ExportRingCap = 0
+		c.cfgs = append(c.cfgs, cfg)
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for _, nd := range c.nodes {
+			if nd != nil {
+				_ = nd.Close()
+			}
+		}
+	})
+	return c
+}
+
+func (c *cluster) start(i int) {
+	nd, err := New(c.cfgs[i])
+	require.NoError(c.t, err)
+	if i < len(c.nodes) {
+		c.nodes[i] = nd
+	} else {
+		c.nodes = append(c.nodes, nd)
+	}
+}
+
+func (c *cluster) stop(i int) {
+	require.NoError(c.t, c.nodes[i].Close())
+	c.nodes[i] = nil
+}
+
+// leader waits for a promoted leader and returns its index.
+func (c *cluster) leader() int {
+	c.t.Helper()
+	var idx int
+	require.Eventually(c.t, func() bool {
+		idx = -1
+		for i, nd := range c.nodes {
+			if nd != nil && nd.IsLeader() {
+				idx = i
+			}
+		}
+		return idx >= 0
+	}, 10*time.Second, 10*time.Millisecond, "no leader promoted")
+	return idx
+}
+
+// converged waits until every running node has applied the same index and
+// then checks that they hold the same digest there.
+func (c *cluster) converged() string {
+	c.t.Helper()
+	var digest string
+	require.Eventually(c.t, func() bool {
+		var index uint64
+		digest = ""
+		for _, nd := range c.nodes {
+			if nd == nil {
+				continue
+			}
+			st := nd.Status()
+			if digest == "" {
+				index, digest = st.AppliedIndex, st.Digest
+				continue
+			}
+			if st.AppliedIndex != index {
+				return false
+			}
+			require.Equal(c.t, digest, st.Digest, "equal applied index %d but different digests", index)
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "nodes did not converge")
+	return digest
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func mustPropose(t *testing.T, nd *Node, cmd fsm.Command) fsm.Result {
+	t.Helper()
+	r, err := nd.Propose(ctx(t), cmd)
+	require.NoError(t, err)
+	require.NoError(t, r.Err)
+	return r
+}
+
+func put(t *testing.T, nd *Node, key string) {
+	t.Helper()
+	now := time.Now().UnixMilli()
+	mustPropose(t, nd, &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{1024}, ReplicaNum: 2, ClientID: "c1"})
+	mustPropose(t, nd, &fsm.PutEnd{NowMs: now, Key: key, ClientID: "c1"})
+}
+
+func mountSegments(t *testing.T, nd *Node) {
+	for i := 0; i < 3; i++ {
+		mustPropose(t, nd, &fsm.MountSegment{NowMs: time.Now().UnixMilli(), ClientID: "c1",
+			Segment: fsm.SegmentSpec{ID: fmt.Sprintf("s%d", i), Name: fmt.Sprintf("host%d", i), Base: uint64(i) << 40, Size: 1 << 30}})
+	}
+}
+
+func TestBootstrapReplicateAndRedirect(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	for i := 0; i < 50; i++ {
+		put(t, c.nodes[l], fmt.Sprintf("k%d", i))
+	}
+	c.converged()
+	for i, nd := range c.nodes {
+		assert.Equal(t, 50, nd.Status().State.Objects, "node %d", i)
+		if i == l {
+			continue
+		}
+		_, err := nd.Propose(ctx(t), &fsm.RemoveAll{NowMs: time.Now().UnixMilli(), Force: true})
+		assert.Equal(t, errcode.NotLeader, errcode.Of(err), "a follower redirects writes")
+		assert.Contains(t, err.Error(), c.cfgs[l].GRPCAddr, "NOT_LEADER names the leader's client address")
+		_, _, err = nd.GetReplicaList(ctx(t), "k1")
+		assert.Equal(t, errcode.NotLeader, errcode.Of(err), "and reads")
+	}
+}
+
+func TestLinearizableReadsAndLeases(t *testing.T) {
+	c := newCluster(t, 3, 50*time.Millisecond)
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	put(t, nd, "k")
+	descs, g, err := nd.GetReplicaList(ctx(t), "k")
+	require.NoError(t, err, "a write acknowledged is readable at once")
+	assert.Len(t, descs, 2)
+	assert.Greater(t, g.UntilMs, time.Now().UnixMilli())
+	// The lease just returned blocks an unforced remove, although the
+	// renewal had not been ticked yet: the removal flushes it first.
+	r, err := nd.Propose(ctx(t), &fsm.Remove{NowMs: time.Now().UnixMilli(), Key: "k"})
+	require.NoError(t, err)
+	assert.Equal(t, errcode.ObjectHasLease, r.Code())
+	ok, _, err := nd.ExistKey(ctx(t), "k")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	r, err = nd.Propose(ctx(t), &fsm.Remove{NowMs: time.Now().UnixMilli(), Key: "k", Force: true})
+	require.NoError(t, err)
+	require.NoError(t, r.Err)
+	_, _, err = nd.GetReplicaList(ctx(t), "k")
+	assert.Equal(t, errcode.ObjectNotFound, errcode.Of(err))
+
+	remount, err := nd.Ping(ctx(t), "c1")
+	require.NoError(t, err)
+	assert.False(t, remount)
+	remount, err = nd.Ping(ctx(t), "stranger")
+	require.NoError(t, err)
+	assert.True(t, remount, "a client without a session must remount")
+}
+
+func TestLeadershipTransfer(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	put(t, c.nodes[l], "before")
+	target := (l + 1) % 3
+	require.NoError(t, c.nodes[l].TransferLeadership(c.cfgs[target].ID))
+	require.Eventually(t, c.nodes[target].IsLeader, 5*time.Second, 10*time.Millisecond)
+	put(t, c.nodes[target], "after")
+	c.converged()
+	assert.Equal(t, 2, c.nodes[l].Status().State.Objects)
+	assert.Equal(t, c.cfgs[target].ID, c.nodes[l].Status().State.LeaderID, "the new leader's Promote reached the old one")
+}
+
+func TestRestartWithDataDir(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	put(t, c.nodes[l], "a")
+	f := (l + 1) % 3
+	c.stop(f)
+	put(t, c.nodes[l], "b")
+	c.start(f) // same config: existing state, no second bootstrap
+	put(t, c.nodes[l], "c")
+	c.converged()
+	assert.Equal(t, 3, c.nodes[f].Status().State.Objects)
+}
+
+func TestLeaderLossKeepsAcknowledgedWrites(t *testing.T) {
+	c := newCluster(t, 3, 50*time.Millisecond)
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	for i := 0; i < 20; i++ {
+		put(t, c.nodes[l], fmt.Sprintf("k%d", i))
+	}
+	c.stop(l)
+	nl := c.leader()
+	require.NotEqual(t, l, nl)
+	for i := 0; i < 20; i++ {
+		_, _, err := c.nodes[nl].GetReplicaList(ctx(t), fmt.Sprintf("k%d", i))
+		require.NoError(t, err, "acknowledged k%d survives the leader", i)
+	}
+	put(t, c.nodes[nl], "after")
+	c.start(l)
+	require.Eventually(t, func() bool { return c.nodes[l].Status().State.Objects == 21 }, 10*time.Second, 20*time.Millisecond)
+}
+
+func TestSnapshotAndRestoreThroughRaft(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	put(t, c.nodes[l], "a")
+	require.NoError(t, c.nodes[l].raft.Snapshot().Error())
+	f := (l + 1) % 3
+	c.stop(f)
+	put(t, c.nodes[l], "b")
+	require.NoError(t, c.nodes[l].raft.Snapshot().Error())
+	c.start(f)
+	c.converged()
+	assert.Equal(t, 2, c.nodes[f].Status().State.Objects)
+}
+
+func TestConfigValidation(t *testing.T) {
+	base := DefaultConfig()
+	base.ID, base.DataDir, base.RaftAddr = "n0", t.TempDir(), "127.0.0.1:0"
+	tests := []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"no id", func(c *Config) { c.ID = "" }},
+		{"no data dir", func(c *Config) { c.DataDir = "" }},
+		{"no raft addr", func(c *Config) { c.RaftAddr = "" }},
+		{"zero tick", func(c *Config) { c.Tick = 0 }},
+		{"bootstrap without peers", func(c *Config) { c.Bootstrap = true }},
+		{"bootstrap without self", func(c *Config) { c.Bootstrap, c.Peers = true, []Peer{{"x", "127.0.0.1:1"}} }},
+		{"bad params", func(c *Config) { c.Params.LeaseTTLMs = 0 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := base
+			tt.mod(&cfg)
+			_, err := New(cfg)
+			assert.Equal(t, errcode.InvalidParams, errcode.Of(err), "%v", err)
+		})
+	}
+	peers, err := ParsePeers("a=127.0.0.1:1, b=127.0.0.1:2")
+	require.NoError(t, err)
+	assert.Equal(t, []Peer{{"a", "127.0.0.1:1"}, {"b", "127.0.0.1:2"}}, peers)
+	for _, bad := range []string{"a", "=x", "a=", "a=1,a=2"} {
+		_, err := ParsePeers(bad)
+		assert.Equal(t, errcode.InvalidParams, errcode.Of(err), bad)
+	}
+}

@@ -1,0 +1,98 @@
+package node
+
+import (
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/snapshots"
+)
+
+// stateMachine adapts fsm.FSM to raft.FSM. Raft calls Apply, Snapshot and
+// Restore from one goroutine; client reads run concurrently under the read
+// lock.
+type stateMachine struct {
+	mu        sync.RWMutex
+	f         *fsm.FSM
+	clusterID string
+	nodeID    string
+	now       func() int64
+
+	appliedIndex atomic.Uint64
+	appliedTerm  atomic.Uint64
+}
+
+func newStateMachine(clusterID, nodeID string, now func() int64) *stateMachine {
+	return &stateMachine{f: fsm.New(), clusterID: clusterID, nodeID: nodeID, now: now}
+}
+
+// Apply applies one committed entry; the fsm.Result is the future's response.
+func (s *stateMachine) Apply(l *raft.Log) any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var r fsm.Result
+	if l.Type == raft.LogCommand {
+		r = s.f.Apply(l.Data)
+	}
+	s.appliedIndex.Store(l.Index)
+	s.appliedTerm.Store(l.Term)
+	return r
+}
+
+// Snapshot captures the state (cheap: copy-on-write); Persist writes it
+// while Apply goes on.
+func (s *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &fsmSnapshot{
+		snap: s.f.Snapshot(),
+		hdr: snapshots.Header{
+			RaftIndex:     s.appliedIndex.Load(),
+			RaftTerm:      s.appliedTerm.Load(),
+			ClusterID:     s.clusterID,
+			NodeID:        s.nodeID,
+			CreatedUnixMs: s.now(),
+		},
+	}, nil
+}
+
+// Restore replaces the state with a snapshot; on a bad snapshot the old
+// state stays and the error goes back to Raft.
+func (s *stateMachine) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	next := fsm.New()
+	h, err := next.Restore(rc)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.f = next
+	s.appliedIndex.Store(h.RaftIndex)
+	s.appliedTerm.Store(h.RaftTerm)
+	return nil
+}
+
+// read runs fn with the state read-locked.
+func (s *stateMachine) read(fn func(f *fsm.FSM)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	fn(s.f)
+}
+
+type fsmSnapshot struct {
+	snap *fsm.Snapshot
+	hdr  snapshots.Header
+}
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.snap.Write(sink, s.hdr); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}
