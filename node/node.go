@@ -42,6 +42,10 @@ type Node struct {
 	// proposing it, so the next Tick evicts.
 	needSpace atomic.Bool
 
+	// hadState: the data dir held Raft state at start (a restart, which
+	// neither bootstraps nor joins).
+	hadState bool
+
 	notifyCh chan bool
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -130,11 +134,12 @@ func (n *Node) startRaft() error {
 		return errcode.New(errcode.InvalidParams, "raft timeouts: %v", err)
 	}
 
+	existing, err := raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		return errcode.New(errcode.FileReadFail, "read raft state in %s: %v", cfg.DataDir, err)
+	}
+	n.hadState = existing
 	if cfg.Bootstrap {
-		existing, err := raft.HasExistingState(logs, store, snaps)
-		if err != nil {
-			return err
-		}
 		if !existing {
 			var servers []raft.Server
 			for _, p := range cfg.Peers {
@@ -163,6 +168,9 @@ func (n *Node) closeStores() {
 	}
 }
 
+// HadState reports whether the node started on an existing data dir.
+func (n *Node) HadState() bool { return n.hadState }
+
 // Close stops the node: the leader loop, Raft, the transport and the store.
 func (n *Node) Close() error {
 	if n.closed.Swap(true) {
@@ -177,7 +185,10 @@ func (n *Node) Close() error {
 
 // TransferLeadership hands leadership to id (any voter if empty) and waits
 // for it; used on SIGTERM so a stopping leader does not cost an election.
-func (n *Node) TransferLeadership(id string) error {
+func (n *Node) TransferLeadership(ctx context.Context, id string) error {
+	if !n.IsLeader() {
+		return n.notLeader()
+	}
 	var f raft.Future
 	if id == "" {
 		f = n.raft.LeadershipTransfer()

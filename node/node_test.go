@@ -158,7 +158,7 @@ func TestBootstrapReplicateAndRedirect(t *testing.T) {
 	}
 	c.converged()
 	for i, nd := range c.nodes {
-		assert.Equal(t, 50, nd.Status().State.Objects, "node %d", i)
+		assert.Equal(t, 50, int(nd.Status().Objects), "node %d", i)
 		if i == l {
 			continue
 		}
@@ -207,12 +207,12 @@ func TestLeadershipTransfer(t *testing.T) {
 	mountSegments(t, c.nodes[l])
 	put(t, c.nodes[l], "before")
 	target := (l + 1) % 3
-	require.NoError(t, c.nodes[l].TransferLeadership(c.cfgs[target].ID))
+	require.NoError(t, c.nodes[l].TransferLeadership(ctx(t), c.cfgs[target].ID))
 	require.Eventually(t, c.nodes[target].IsLeader, 5*time.Second, 10*time.Millisecond)
 	put(t, c.nodes[target], "after")
 	c.converged()
-	assert.Equal(t, 2, c.nodes[l].Status().State.Objects)
-	assert.Equal(t, c.cfgs[target].ID, c.nodes[l].Status().State.LeaderID, "the new leader's Promote reached the old one")
+	assert.Equal(t, 2, int(c.nodes[l].Status().Objects))
+	assert.Equal(t, c.cfgs[target].GRPCAddr, c.nodes[l].Status().LeaderGrpcAddr, "the new leader's Promote reached the old one")
 }
 
 func TestRestartWithDataDir(t *testing.T) {
@@ -226,7 +226,7 @@ func TestRestartWithDataDir(t *testing.T) {
 	c.start(f) // same config: existing state, no second bootstrap
 	put(t, c.nodes[l], "c")
 	c.converged()
-	assert.Equal(t, 3, c.nodes[f].Status().State.Objects)
+	assert.Equal(t, 3, int(c.nodes[f].Status().Objects))
 }
 
 func TestLeaderLossKeepsAcknowledgedWrites(t *testing.T) {
@@ -245,7 +245,7 @@ func TestLeaderLossKeepsAcknowledgedWrites(t *testing.T) {
 	}
 	put(t, c.nodes[nl], "after")
 	c.start(l)
-	require.Eventually(t, func() bool { return c.nodes[l].Status().State.Objects == 21 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return c.nodes[l].Status().Objects == 21 }, 10*time.Second, 20*time.Millisecond)
 }
 
 func TestSnapshotAndRestoreThroughRaft(t *testing.T) {
@@ -260,7 +260,7 @@ func TestSnapshotAndRestoreThroughRaft(t *testing.T) {
 	require.NoError(t, c.nodes[l].raft.Snapshot().Error())
 	c.start(f)
 	c.converged()
-	assert.Equal(t, 2, c.nodes[f].Status().State.Objects)
+	assert.Equal(t, 2, int(c.nodes[f].Status().Objects))
 }
 
 func TestConfigValidation(t *testing.T) {

@@ -2,44 +2,41 @@ package node
 
 import (
 	"encoding/hex"
+	"strings"
 
 	"github.com/moonraft/moonraft/fsm"
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
-// Status is what `moonctl status` shows for one node.
-type Status struct {
-	ID           string
-	RaftAddr     string
-	GRPCAddr     string
-	Role         string // Leader, Follower, Candidate, Shutdown
-	Promoted     bool
-	Term         uint64
-	AppliedIndex uint64
-	CommitIndex  uint64
-	LeaderID     string
-	Digest       string // hex SHA-256 of the state at AppliedIndex
-	State        fsm.Stats
-}
-
-// Status reports this node's view; the digest and applied index are taken
-// together under the state lock, so equal indexes must mean equal digests.
-func (n *Node) Status() Status {
+// Status reports this node's view, as `moonctl status` shows it. The digest
+// and applied index are read together under the state lock, so nodes at
+// equal applied indexes must show equal digests.
+func (n *Node) Status() *moonraftpb.NodeStatus {
 	_, leader := n.raft.LeaderWithID()
-	st := Status{
-		ID:          n.cfg.ID,
+	st := &moonraftpb.NodeStatus{
+		Id:          n.cfg.ID,
 		RaftAddr:    string(n.trans.LocalAddr()),
-		GRPCAddr:    n.cfg.GRPCAddr,
-		Role:        n.raft.State().String(),
+		GrpcAddr:    n.cfg.GRPCAddr,
+		Role:        strings.ToLower(n.raft.State().String()),
 		Promoted:    n.IsLeader(),
 		Term:        n.raft.CurrentTerm(),
 		CommitIndex: n.raft.CommitIndex(),
-		LeaderID:    string(leader),
+		LeaderId:    string(leader),
 	}
 	n.sm.read(func(f *fsm.FSM) {
 		d := f.Digest()
+		s := f.Stats()
 		st.Digest = hex.EncodeToString(d[:])
-		st.State = f.Stats()
 		st.AppliedIndex = n.sm.appliedIndex.Load()
+		st.AppliedSeq = s.AppliedSeq
+		st.LeaderGrpcAddr = s.LeaderAddr
+		st.Objects = uint64(s.Objects)
+		st.Segments = uint64(s.Segments)
+		st.Sessions = uint64(s.Sessions)
+		st.UsedBytes = s.UsedBytes
+		st.CapacityBytes = s.CapacityBytes
+		st.ExportRingLen = uint64(s.RingLen)
+		st.NowMs = s.NowMs
 	})
 	return st
 }

@@ -1,0 +1,169 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"io"
+	"os"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/snapshots"
+	"github.com/moonraft/moonraft/transport"
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
+)
+
+// Node serves the gRPC API.
+var _ transport.Backend = (*Node)(nil)
+
+// Now is the leader's command clock in Unix milliseconds.
+func (n *Node) Now() int64 { return n.now() }
+
+// ClientTTLMs is the client session TTL in force.
+func (n *Node) ClientTTLMs() int64 {
+	var ttl int64
+	n.sm.read(func(f *fsm.FSM) { ttl = f.Params().ClientTTLMs })
+	return ttl
+}
+
+// GetReplicaListByRegex is a linearizable read of every complete object
+// whose key matches; each found object is leased like GetReplicaList.
+func (n *Node) GetReplicaListByRegex(ctx context.Context, regex string) ([]fsm.KeyReplicas, error) {
+	if err := n.verifyLeader(ctx); err != nil {
+		return nil, err
+	}
+	var (
+		out []fsm.KeyReplicas
+		err error
+	)
+	gerr := n.gate.readAll(ctx, func() {
+		n.sm.read(func(f *fsm.FSM) { out, err = f.GetReplicaListByRegex(regex, n.now()) })
+		for _, kr := range out {
+			n.batcher.Renew(kr.Key, kr.Grant.Renewal.AtMs, kr.Grant.CurrentMs)
+		}
+	})
+	if gerr != nil {
+		return nil, gerr
+	}
+	return out, err
+}
+
+// Members lists the Raft configuration. Client addresses are known for this
+// node and for the promoted leader only.
+func (n *Node) Members(ctx context.Context) ([]*moonraftpb.Member, error) {
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, n.raftErr(err, false)
+	}
+	_, leader := n.raft.LeaderWithID()
+	var st fsm.Stats
+	n.sm.read(func(f *fsm.FSM) { st = f.Stats() })
+	var out []*moonraftpb.Member
+	for _, s := range cf.Configuration().Servers {
+		m := &moonraftpb.Member{Id: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String(), Leader: s.ID == leader}
+		switch string(s.ID) {
+		case n.cfg.ID:
+			m.GrpcAddr = n.cfg.GRPCAddr
+		case st.LeaderID:
+			m.GrpcAddr = st.LeaderAddr
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// AddVoter adds a server to the cluster (leader only).
+func (n *Node) AddVoter(ctx context.Context, id, raftAddr string) error {
+	if !n.IsLeader() {
+		return n.notLeader()
+	}
+	if id == "" || raftAddr == "" {
+		return errcode.New(errcode.InvalidParams, "add voter needs an id and a raft address")
+	}
+	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, timeoutOf(ctx)).Error(); err != nil {
+		return n.raftErr(err, true)
+	}
+	return nil
+}
+
+// RemoveServer removes a server from the cluster (leader only).
+func (n *Node) RemoveServer(ctx context.Context, id string) error {
+	if !n.IsLeader() {
+		return n.notLeader()
+	}
+	if n.serverAddr(id) == "" {
+		return errcode.New(errcode.InvalidParams, "no member %q", id)
+	}
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeoutOf(ctx)).Error(); err != nil {
+		return n.raftErr(err, true)
+	}
+	return nil
+}
+
+// SnapshotSave streams a fresh snapshot of the leader's state into w. The
+// state is captured under the lock (cheap, copy-on-write) after a quorum
+// check, and written while Apply goes on.
+func (n *Node) SnapshotSave(ctx context.Context, w io.Writer) error {
+	if err := n.verifyLeader(ctx); err != nil {
+		return err
+	}
+	s, err := n.sm.Snapshot()
+	if err != nil {
+		return err
+	}
+	fs := s.(*fsmSnapshot)
+	return fs.snap.Write(w, fs.hdr)
+}
+
+// SnapshotRestore installs a snapshot on the whole cluster through Raft
+// (raft.Restore). The file is spooled and verified first, so a bad one
+// changes nothing.
+func (n *Node) SnapshotRestore(ctx context.Context, r io.Reader) error {
+	if !n.IsLeader() {
+		return n.notLeader()
+	}
+	tmp, err := os.CreateTemp(n.cfg.DataDir, "restore-*.snap")
+	if err != nil {
+		return errcode.New(errcode.FileWriteFail, "spool snapshot: %v", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	size, err := io.Copy(tmp, r)
+	if err != nil {
+		return errcode.New(errcode.FileReadFail, "receive snapshot: %v", err)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return errcode.New(errcode.FileReadFail, "spool snapshot: %v", err)
+	}
+	sum, err := snapshots.Inspect(bufio.NewReader(tmp))
+	if err != nil {
+		return err
+	}
+	if sum.Header.ClusterID != n.cfg.ClusterID {
+		return errcode.New(errcode.InvalidParams, "snapshot is of cluster %q, this is %q", sum.Header.ClusterID, n.cfg.ClusterID)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return errcode.New(errcode.FileReadFail, "spool snapshot: %v", err)
+	}
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return n.raftErr(err, false)
+	}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: sum.Header.RaftIndex, Term: sum.Header.RaftTerm,
+		Configuration: cf.Configuration(), ConfigurationIndex: cf.Index(), Size: size}
+	if err := n.raft.Restore(meta, bufio.NewReader(tmp), timeoutOf(ctx)); err != nil {
+		return errcode.New(errcode.InternalError, "restore through raft: %v", err)
+	}
+	n.log.Info("restored snapshot", "objects", sum.Header.Objects, "digest", hex.EncodeToString(sum.Digest[:]))
+	return nil
+}
+
+func timeoutOf(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return time.Until(d)
+	}
+	return 30 * time.Second
+}

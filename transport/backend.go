@@ -1,0 +1,43 @@
+// Package transport is moonraft's client-facing edge: the gRPC server
+// (moonraft.v1.Master) in front of a Backend, and the Go client with leader
+// discovery and retries. It holds no business rules: requests become fsm
+// commands or Backend reads, results become responses.
+package transport
+
+import (
+	"context"
+	"io"
+
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/oplog"
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
+)
+
+// Backend is what the server needs from a node (node.Node implements it).
+// Errors are *errcode.Error values: NOT_LEADER carries the leader's client
+// address as its message.
+type Backend interface {
+	// Now is the leader's clock (Unix ms) to stamp commands with.
+	Now() int64
+	// Propose replicates a write on the promoted leader.
+	Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
+	// Linearizable reads on the leader; those that find an object grant a lease.
+	GetReplicaList(ctx context.Context, key string) ([]oplog.ReplicaDesc, fsm.Grant, error)
+	ExistKey(ctx context.Context, key string) (bool, fsm.Grant, error)
+	GetReplicaListByRegex(ctx context.Context, regex string) ([]fsm.KeyReplicas, error)
+	// Ping renews a client session; needRemount when it has none.
+	Ping(ctx context.Context, clientID string) (needRemount bool, err error)
+	// ClientTTLMs is the session TTL clients ping within.
+	ClientTTLMs() int64
+
+	// Admin.
+	Status() *moonraftpb.NodeStatus
+	Members(ctx context.Context) ([]*moonraftpb.Member, error)
+	AddVoter(ctx context.Context, id, raftAddr string) error
+	RemoveServer(ctx context.Context, id string) error
+	TransferLeadership(ctx context.Context, id string) error
+	// SnapshotSave streams a fresh consistent snapshot of the leader's state.
+	SnapshotSave(ctx context.Context, w io.Writer) error
+	// SnapshotRestore installs a snapshot on the whole cluster through Raft.
+	SnapshotRestore(ctx context.Context, r io.Reader) error
+}
