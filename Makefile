@@ -11,12 +11,18 @@ FUZZ_TARGETS := \
 	./oplog:FuzzDecode \
 	./oplog:FuzzDecodePutEndPayload
 
-.PHONY: all build test unit fuzz lint bench cover clean proto
+.PHONY: all build run test unit fuzz lint bench cover clean proto
 
 all: build
 
 build:
 	$(GO) build $(PKGS)
+	$(GO) build -o bin/moonraft ./cmd/node
+	$(GO) build -o bin/moonctl ./cmd/moonctl
+
+# run starts a three-node cluster on loopback; Ctrl-C stops it.
+run: build
+	./scripts/run.sh
 
 test: lint unit
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)

@@ -43,7 +43,9 @@ type Config struct {
 	ID        string
 	DataDir   string
 	RaftAddr  string // host:port to listen on and advertise for Raft
-	GRPCAddr  string // advertised to clients (in Promote, for NOT_LEADER answers)
+	GRPCAddr  string // clients' address: served by Start, advertised in Promote for NOT_LEADER answers
+	HTTPAddr  string // health and status over HTTP; empty for none
+	Join      string // gRPC address of a member to join through when the data dir is empty
 	ClusterID string
 
 	Bootstrap bool   // form a new cluster from Peers if DataDir holds no Raft state

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/lease"
+	"google.golang.org/grpc"
 )
 
 // Node is one running server.
@@ -45,6 +47,9 @@ type Node struct {
 	// hadState: the data dir held Raft state at start (a restart, which
 	// neither bootstraps nor joins).
 	hadState bool
+
+	grpc *grpc.Server
+	http *http.Server
 
 	notifyCh chan bool
 	cancel   context.CancelFunc
@@ -176,6 +181,7 @@ func (n *Node) Close() error {
 	if n.closed.Swap(true) {
 		return nil
 	}
+	n.stopServers()
 	n.cancel()
 	err := n.raft.Shutdown().Error()
 	n.wg.Wait()

@@ -1,7 +1,3 @@
-// Package transport is moonraft's client-facing edge: the gRPC server
-// (moonraft.v1.Master) in front of a Backend, and the Go client with leader
-// discovery and retries. It holds no business rules: requests become fsm
-// commands or Backend reads, results become responses.
 package transport
 
 import (

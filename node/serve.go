@@ -1,0 +1,133 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/transport"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Start runs a node with its servers: Raft (New), the gRPC API on
+// GRPCAddr, health and status on HTTPAddr, and — for a fresh node given
+// Join — asks the cluster to add it as a voter.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	n, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.serve(); err != nil {
+		_ = n.Close()
+		return nil, err
+	}
+	if cfg.Join != "" && !n.hadState {
+		if err := n.join(ctx); err != nil {
+			_ = n.Close()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+func (n *Node) serve() error {
+	if n.cfg.GRPCAddr != "" {
+		l, err := net.Listen("tcp", n.cfg.GRPCAddr)
+		if err != nil {
+			return errcode.New(errcode.InvalidParams, "grpc address %s: %v", n.cfg.GRPCAddr, err)
+		}
+		n.grpc = transport.NewServer(n)
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.grpc.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				n.log.Error("grpc server stopped", "error", err)
+			}
+		}()
+	}
+	if n.cfg.HTTPAddr != "" {
+		l, err := net.Listen("tcp", n.cfg.HTTPAddr)
+		if err != nil {
+			return errcode.New(errcode.InvalidParams, "http address %s: %v", n.cfg.HTTPAddr, err)
+		}
+		n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.http.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.log.Error("http server stopped", "error", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// stopServers ends the API servers; in-flight calls get a short grace.
+func (n *Node) stopServers() {
+	if n.grpc != nil {
+		done := make(chan struct{})
+		go func() {
+			n.grpc.GracefulStop()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			n.grpc.Stop()
+			<-done
+		}
+	}
+	if n.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = n.http.Shutdown(ctx)
+	}
+}
+
+func (n *Node) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	// Ready: part of a cluster with a known leader; a leader only once
+	// promoted (before that it refuses clients).
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		st := n.Status()
+		ready := st.LeaderId != "" && (st.Role != "leader" || st.Promoted)
+		if !ready {
+			http.Error(w, "not ready: role "+st.Role+", leader "+st.LeaderId+"\n", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		b, err := protojson.Marshal(n.Status())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(append(b, '\n'))
+	})
+	return mux
+}
+
+// join asks the cluster, through any member, to add this node as a voter.
+func (n *Node) join(ctx context.Context) error {
+	c, err := transport.Dial(transport.ClientConfig{Endpoints: []string{n.cfg.Join}})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.AddVoter(jctx, n.cfg.ID, string(n.trans.LocalAddr())); err != nil {
+		return errcode.New(errcode.Of(err), "join through %s: %v", n.cfg.Join, err)
+	}
+	n.log.Info("joined the cluster", "through", n.cfg.Join)
+	return nil
+}

@@ -1,0 +1,749 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/oplog"
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+const (
+	firstBackoff          = 20 * time.Millisecond
+	defaultMaxBackoff     = time.Second
+	defaultConnectTimeout = 2 * time.Second
+)
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// Endpoints are the gRPC addresses (host:port) of the masters. Leaders
+	// named by NOT_LEADER answers are added as they are learnt.
+	Endpoints []string
+	// DialOptions are added after the defaults (insecure credentials,
+	// MaxMessageBytes each way, reconnect backoff capped at 1 s), so they may
+	// override them, e.g. with TLS credentials.
+	DialOptions []grpc.DialOption
+	// MaxBackoff caps the wait between retries (default 1 s).
+	MaxBackoff time.Duration
+	// ConnectTimeout bounds the wait for a connection to one endpoint before
+	// the next one is tried (default 2 s), so an unreachable node that drops
+	// packets cannot hold a call until its deadline.
+	ConnectTimeout time.Duration
+}
+
+// Client calls a moonraft cluster: it finds the leader, follows NOT_LEADER
+// answers and retries what is safe to retry (see the package doc).
+type Client struct {
+	maxBackoff, connectTimeout time.Duration
+	dialOpts                   []grpc.DialOption
+
+	mu        sync.Mutex
+	endpoints []string
+	conns     map[string]*grpc.ClientConn
+	current   string // the endpoint tried first: the last known leader
+	closed    bool
+}
+
+// Dial returns a Client for cfg. It does not connect: connections are made
+// on first use, so Dial succeeds while the cluster is down.
+func Dial(cfg ClientConfig) (*Client, error) {
+	c := &Client{
+		maxBackoff:     cfg.MaxBackoff,
+		connectTimeout: cfg.ConnectTimeout,
+		conns:          map[string]*grpc.ClientConn{},
+	}
+	if c.maxBackoff <= 0 {
+		c.maxBackoff = defaultMaxBackoff
+	}
+	if c.connectTimeout <= 0 {
+		c.connectTimeout = defaultConnectTimeout
+	}
+	c.dialOpts = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
+		// gRPC's default reconnect backoff grows to 2 minutes; a restarted
+		// master should be found again within a second.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: c.connectTimeout,
+		}),
+	}, cfg.DialOptions...)
+	for _, ep := range cfg.Endpoints {
+		if ep == "" || slices.Contains(c.endpoints, ep) {
+			continue
+		}
+		if _, err := c.connLocked(ep); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		c.endpoints = append(c.endpoints, ep)
+	}
+	if len(c.endpoints) == 0 {
+		return nil, errcode.New(errcode.InvalidParams, "no endpoints: give at least one master address")
+	}
+	c.current = c.endpoints[0]
+	return c, nil
+}
+
+// Close closes every connection; calls in flight fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	var errs []error
+	for ep, cc := range c.conns {
+		errs = append(errs, cc.Close())
+		delete(c.conns, ep)
+	}
+	return errors.Join(errs...)
+}
+
+// Endpoints returns the known endpoints, learnt leaders included.
+func (c *Client) Endpoints() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.endpoints)
+}
+
+func (c *Client) connLocked(ep string) (*grpc.ClientConn, error) {
+	if cc, ok := c.conns[ep]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(ep, c.dialOpts...)
+	if err != nil {
+		return nil, errcode.New(errcode.InvalidParams, "endpoint %q: %v", ep, err)
+	}
+	c.conns[ep] = cc
+	return cc, nil
+}
+
+func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errcode.New(errcode.InvalidParams, "client is closed")
+	}
+	return c.connLocked(ep)
+}
+
+// follow makes addr, named by a NOT_LEADER answer, the endpoint tried first.
+func (c *Client) follow(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.Contains(c.endpoints, addr) {
+		c.endpoints = append(c.endpoints, addr)
+	}
+	c.current = addr
+}
+
+// skip moves on from ep to the next endpoint, unless another call has
+// already moved on.
+func (c *Client) skip(ep string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.current == ep {
+		i := slices.Index(c.endpoints, ep)
+		c.current = c.endpoints[(i+1)%len(c.endpoints)]
+	}
+}
+
+func (c *Client) pick() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current
+}
+
+// ready waits until cc is connected, has failed to connect, or
+// connectTimeout has passed (false). A failed connection is reported ready:
+// the RPC then fails at once with the connection's error, unsent.
+func (c *Client) ready(ctx context.Context, cc *grpc.ClientConn) bool {
+	ctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
+	defer cancel()
+	for {
+		s := cc.GetState()
+		switch s {
+		case connectivity.Ready, connectivity.TransientFailure, connectivity.Shutdown:
+			return true
+		case connectivity.Idle:
+			cc.Connect()
+		}
+		if !cc.WaitForStateChange(ctx, s) {
+			return false
+		}
+	}
+}
+
+// permanent is an attempt's error that ends the call as it is.
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+
+// attemptFunc makes one attempt of a call on one endpoint; the call option
+// records whether the request reached a server. It returns the server's
+// answer, or the gRPC error.
+type attemptFunc func(ctx context.Context, mc moonraftpb.MasterClient, sent grpc.CallOption) (*moonraftpb.Status, error)
+
+// do runs attempt until an answer is final, following NOT_LEADER at once
+// and backing off on anything retryable, until ctx is done; it then returns
+// the last error. idempotent says whether a request that may have reached a
+// server (and been applied) may be sent again.
+func (c *Client) do(ctx context.Context, idempotent bool, attempt attemptFunc) error {
+	delay := firstBackoff
+	var last error
+	redirected := false
+	for {
+		if err := ctx.Err(); err != nil {
+			return expired(ctx, last)
+		}
+		ep := c.pick()
+		cc, err := c.conn(ep)
+		if err != nil {
+			return err
+		}
+		var st *moonraftpb.Status
+		if c.ready(ctx, cc) {
+			var p peer.Peer
+			st, err = attempt(ctx, moonraftpb.NewMasterClient(cc), grpc.Peer(&p))
+			if err != nil && detailStatus(err) != nil {
+				st, err = detailStatus(err), nil
+			}
+			if err != nil {
+				if perm, ok := errors.AsType[permanent](err); ok {
+					return perm.err
+				}
+				var retry bool
+				if last, retry = rpcError(ep, err, p.Addr != nil, idempotent); !retry || ctx.Err() != nil {
+					// A call cut short by its own deadline says nothing
+					// about ep: keep it as the endpoint to try first.
+					return last
+				}
+			}
+		} else if ctx.Err() == nil {
+			last = errcode.New(errcode.UnavailableInCurrentStatus, "no connection to %s within %v", ep, c.connectTimeout)
+		}
+		if st != nil {
+			err := errorOf(st)
+			switch errcode.Of(err) {
+			case errcode.OK:
+				return nil
+			case errcode.NotLeader:
+				last = err
+				if addr := st.GetLeaderGrpcAddr(); addr != "" && addr != ep {
+					c.follow(addr)
+					if !redirected {
+						redirected = true
+						continue
+					}
+				} else {
+					c.skip(ep)
+				}
+			case errcode.UnavailableInCurrentStatus:
+				last = err
+				c.skip(ep)
+			default:
+				return err
+			}
+		} else {
+			c.skip(ep)
+		}
+		// Jitter over the upper half of the delay, so clients that lost the same
+		// leader do not all come back at once.
+		d := delay/2 + rand.N(delay/2+1)
+		select {
+		case <-ctx.Done():
+			return expired(ctx, last)
+		case <-time.After(d):
+		}
+		delay = min(2*delay, c.maxBackoff)
+	}
+}
+
+func expired(ctx context.Context, last error) error {
+	if last != nil {
+		return last
+	}
+	return errcode.New(errcode.UnavailableInCurrentStatus, "%v before any master answered", ctx.Err())
+}
+
+// rpcError turns a gRPC error from ep into an *errcode.Error and says
+// whether the call may be retried. sent says whether the request got onto a
+// connection: a request that did not was certainly not applied.
+func rpcError(ep string, err error, sent, idempotent bool) (error, bool) {
+	if st := detailStatus(err); st != nil {
+		return errorOf(st), st.GetRetryable()
+	}
+	s := status.Convert(err)
+	switch {
+	case !sent:
+		return errcode.New(errcode.UnavailableInCurrentStatus, "cannot reach %s: %s", ep, s.Message()), true
+	case !idempotent:
+		return errcode.New(errcode.OutcomeUnknown,
+			"outcome unknown: the request reached %s but its answer was lost (%s: %s), so it may have been applied; check with GetReplicaList/ExistKey before retrying",
+			ep, s.Code(), s.Message()), false
+	}
+	switch s.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted:
+		return errcode.New(errcode.UnavailableInCurrentStatus, "%s: %s: %s", ep, s.Code(), s.Message()), true
+	case codes.ResourceExhausted:
+		return errcode.New(errcode.InvalidParams, "%s: message over the size limit: %s", ep, s.Message()), false
+	}
+	return errcode.New(errcode.InternalError, "%s: %s: %s", ep, s.Code(), s.Message()), false
+}
+
+// detailStatus is the Status a server put in the details of a gRPC error
+// (a failed stream), or nil.
+func detailStatus(err error) *moonraftpb.Status {
+	for _, d := range status.Convert(err).Details() {
+		if st, ok := d.(*moonraftpb.Status); ok {
+			return st
+		}
+	}
+	return nil
+}
+
+type response interface {
+	proto.Message
+	GetStatus() *moonraftpb.Status
+}
+
+// call is do for a unary RPC: rpc is a method expression of
+// moonraftpb.MasterClient, such as moonraftpb.MasterClient.PutStart.
+func call[Req proto.Message, Resp response](ctx context.Context, c *Client, idempotent bool,
+	rpc func(moonraftpb.MasterClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
+) (Resp, error) {
+	var resp Resp
+	// Checked here, not left to gRPC: gRPC fails an unencodable or
+	// oversized request only after opening its stream, which looks like a
+	// request that may have been sent.
+	b, err := proto.MarshalOptions{}.Marshal(req)
+	if err != nil {
+		return resp, errcode.New(errcode.InvalidParams, "request cannot be encoded: %v", err)
+	}
+	if len(b) > MaxMessageBytes {
+		return resp, errcode.New(errcode.InvalidParams, "request is %d bytes, over the %d-byte message limit", len(b), MaxMessageBytes)
+	}
+	err = c.do(ctx, idempotent, func(ctx context.Context, mc moonraftpb.MasterClient, sent grpc.CallOption) (*moonraftpb.Status, error) {
+		r, err := rpc(mc, ctx, req, sent)
+		if err != nil {
+			return nil, err
+		}
+		resp = r
+		return r.GetStatus(), nil
+	})
+	return resp, err
+}
+
+// ReplicateConfig says how a put is replicated.
+type ReplicateConfig struct {
+	ReplicaNum       uint32
+	SoftPin          bool
+	PreferredSegment string // a segment name; "" for any
+}
+
+func (r ReplicateConfig) pb() *moonraftpb.ReplicateConfig {
+	return &moonraftpb.ReplicateConfig{ReplicaNum: r.ReplicaNum, WithSoftPin: r.SoftPin, PreferredSegment: r.PreferredSegment}
+}
+
+// KeyReplicas is one key found by GetReplicaListByRegex.
+type KeyReplicas struct {
+	Key          string
+	Replicas     []oplog.ReplicaDesc
+	LeaseUntilMs int64
+}
+
+// ExistResult is one answer of BatchExistKey.
+type ExistResult struct {
+	Exists       bool
+	LeaseUntilMs int64
+	Err          error
+}
+
+// ReplicaListResult is one answer of BatchGetReplicaList.
+type ReplicaListResult struct {
+	Replicas     []oplog.ReplicaDesc
+	LeaseUntilMs int64
+	Err          error
+}
+
+// PutStartItem is one put of BatchPutStart.
+type PutStartItem struct {
+	Key          string
+	SliceLengths []uint64
+	Config       ReplicateConfig
+	ClientID     string
+}
+
+// PutStartResult is one answer of BatchPutStart.
+type PutStartResult struct {
+	Replicas []oplog.ReplicaDesc
+	Err      error
+}
+
+// ExistKey reports whether key has a complete replica and the read lease granted.
+func (c *Client) ExistKey(ctx context.Context, key string) (bool, int64, error) {
+	r, err := call(ctx, c, true, moonraftpb.MasterClient.ExistKey, &moonraftpb.ExistKeyRequest{Key: key})
+	if err != nil {
+		return false, 0, err
+	}
+	return r.GetExists(), r.GetLeaseUntilMs(), nil
+}
+
+// GetReplicaList returns where key's replicas are and the read lease granted.
+func (c *Client) GetReplicaList(ctx context.Context, key string) ([]oplog.ReplicaDesc, int64, error) {
+	r, err := call(ctx, c, true, moonraftpb.MasterClient.GetReplicaList, &moonraftpb.GetReplicaListRequest{Key: key})
+	if err != nil {
+		return nil, 0, err
+	}
+	return replicasFromPB(r.GetReplicas()), r.GetLeaseUntilMs(), nil
+}
+
+// GetReplicaListByRegex returns every complete object whose key matches re (RE2), by key.
+func (c *Client) GetReplicaListByRegex(ctx context.Context, re string) ([]KeyReplicas, error) {
+	r, err := call(ctx, c, true, moonraftpb.MasterClient.GetReplicaListByRegex, &moonraftpb.GetReplicaListByRegexRequest{Regex: re})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]KeyReplicas, len(r.GetObjects()))
+	for i, o := range r.GetObjects() {
+		out[i] = KeyReplicas{Key: o.GetKey(), Replicas: replicasFromPB(o.GetReplicas()), LeaseUntilMs: o.GetLeaseUntilMs()}
+	}
+	return out, nil
+}
+
+// BatchExistKey is ExistKey for many keys: one result per key, in order.
+// The error is for the batch as a whole.
+func (c *Client) BatchExistKey(ctx context.Context, keys []string) ([]ExistResult, error) {
+	r, err := call(ctx, c, true, moonraftpb.MasterClient.BatchExistKey, &moonraftpb.BatchExistKeyRequest{Keys: keys})
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCount(len(r.GetResults()), len(keys)); err != nil {
+		return nil, err
+	}
+	out := make([]ExistResult, len(keys))
+	for i, it := range r.GetResults() {
+		out[i] = ExistResult{Exists: it.GetExists(), LeaseUntilMs: it.GetLeaseUntilMs(), Err: errorOf(it.GetStatus())}
+	}
+	return out, nil
+}
+
+// BatchGetReplicaList is GetReplicaList for many keys: one result per key,
+// in order. The error is for the batch as a whole.
+func (c *Client) BatchGetReplicaList(ctx context.Context, keys []string) ([]ReplicaListResult, error) {
+	r, err := call(ctx, c, true, moonraftpb.MasterClient.BatchGetReplicaList, &moonraftpb.BatchGetReplicaListRequest{Keys: keys})
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCount(len(r.GetResults()), len(keys)); err != nil {
+		return nil, err
+	}
+	out := make([]ReplicaListResult, len(keys))
+	for i, it := range r.GetResults() {
+		out[i] = ReplicaListResult{Replicas: replicasFromPB(it.GetReplicas()), LeaseUntilMs: it.GetLeaseUntilMs(), Err: errorOf(it.GetStatus())}
+	}
+	return out, nil
+}
+
+// PutStart allocates the replicas of a new object. It is never resent once
+// it may have reached the leader: a lost answer is OUTCOME_UNKNOWN.
+func (c *Client) PutStart(ctx context.Context, key string, sliceLengths []uint64, cfg ReplicateConfig, clientID string) ([]oplog.ReplicaDesc, error) {
+	r, err := call(ctx, c, false, moonraftpb.MasterClient.PutStart, &moonraftpb.PutStartRequest{
+		Key: key, SliceLengths: sliceLengths, Config: cfg.pb(), ClientId: clientID,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return replicasFromPB(r.GetReplicas()), nil
+}
+
+// PutEnd completes a put; retried freely, since completing a complete
+// object again is OK.
+func (c *Client) PutEnd(ctx context.Context, key, clientID string) error {
+	_, err := call(ctx, c, true, moonraftpb.MasterClient.PutEnd, &moonraftpb.PutEndRequest{Key: key, ClientId: clientID})
+	return err
+}
+
+// PutRevoke abandons a put (not resent: a second one would find nothing).
+func (c *Client) PutRevoke(ctx context.Context, key, clientID string) error {
+	_, err := call(ctx, c, false, moonraftpb.MasterClient.PutRevoke, &moonraftpb.PutRevokeRequest{Key: key, ClientId: clientID})
+	return err
+}
+
+// BatchPutStart is PutStart for many objects: one result per item, in
+// order. The error is for the batch as a whole.
+func (c *Client) BatchPutStart(ctx context.Context, items []PutStartItem) ([]PutStartResult, error) {
+	req := &moonraftpb.BatchPutStartRequest{Items: make([]*moonraftpb.PutStartRequest, len(items))}
+	for i, it := range items {
+		req.Items[i] = &moonraftpb.PutStartRequest{Key: it.Key, SliceLengths: it.SliceLengths, Config: it.Config.pb(), ClientId: it.ClientID}
+	}
+	r, err := call(ctx, c, false, moonraftpb.MasterClient.BatchPutStart, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCount(len(r.GetResults()), len(items)); err != nil {
+		return nil, err
+	}
+	out := make([]PutStartResult, len(items))
+	for i, it := range r.GetResults() {
+		out[i] = PutStartResult{Replicas: replicasFromPB(it.GetReplicas()), Err: errorOf(it.GetStatus())}
+	}
+	return out, nil
+}
+
+// BatchPutEnd is PutEnd for many keys of one client: one error per key.
+func (c *Client) BatchPutEnd(ctx context.Context, clientID string, keys []string) ([]error, error) {
+	r, err := call(ctx, c, true, moonraftpb.MasterClient.BatchPutEnd, &moonraftpb.BatchPutEndRequest{Keys: keys, ClientId: clientID})
+	if err != nil {
+		return nil, err
+	}
+	return itemErrors(r.GetResults(), len(keys))
+}
+
+// BatchPutRevoke is PutRevoke for many keys of one client: one error per key.
+func (c *Client) BatchPutRevoke(ctx context.Context, clientID string, keys []string) ([]error, error) {
+	r, err := call(ctx, c, false, moonraftpb.MasterClient.BatchPutRevoke, &moonraftpb.BatchPutRevokeRequest{Keys: keys, ClientId: clientID})
+	if err != nil {
+		return nil, err
+	}
+	return itemErrors(r.GetResults(), len(keys))
+}
+
+// Remove deletes key; force ignores its read lease.
+func (c *Client) Remove(ctx context.Context, key string, force bool) error {
+	_, err := call(ctx, c, false, moonraftpb.MasterClient.Remove, &moonraftpb.RemoveRequest{Key: key, Force: force})
+	return err
+}
+
+// RemoveByRegex deletes the objects whose key matches re and says how many.
+func (c *Client) RemoveByRegex(ctx context.Context, re string, force bool) (uint64, error) {
+	r, err := call(ctx, c, false, moonraftpb.MasterClient.RemoveByRegex, &moonraftpb.RemoveByRegexRequest{Regex: re, Force: force})
+	return r.GetRemoved(), err
+}
+
+// RemoveAll deletes every object and says how many.
+func (c *Client) RemoveAll(ctx context.Context, force bool) (uint64, error) {
+	r, err := call(ctx, c, false, moonraftpb.MasterClient.RemoveAll, &moonraftpb.RemoveAllRequest{Force: force})
+	return r.GetRemoved(), err
+}
+
+// MountSegment registers a segment of clientID (idempotent).
+func (c *Client) MountSegment(ctx context.Context, clientID string, seg fsm.SegmentSpec) error {
+	_, err := call(ctx, c, true, moonraftpb.MasterClient.MountSegment, &moonraftpb.MountSegmentRequest{ClientId: clientID, Segment: segmentToPB(seg)})
+	return err
+}
+
+// ReMountSegment re-registers all of clientID's segments after NEED_REMOUNT.
+func (c *Client) ReMountSegment(ctx context.Context, clientID string, segs []fsm.SegmentSpec) error {
+	req := &moonraftpb.ReMountSegmentRequest{ClientId: clientID, Segments: make([]*moonraftpb.Segment, len(segs))}
+	for i, s := range segs {
+		req.Segments[i] = segmentToPB(s)
+	}
+	_, err := call(ctx, c, true, moonraftpb.MasterClient.ReMountSegment, req)
+	return err
+}
+
+// UnmountSegment removes a segment and the replicas on it (not resent: a
+// second one would find no segment).
+func (c *Client) UnmountSegment(ctx context.Context, clientID, segmentID string) error {
+	_, err := call(ctx, c, false, moonraftpb.MasterClient.UnmountSegment, &moonraftpb.UnmountSegmentRequest{ClientId: clientID, SegmentId: segmentID})
+	return err
+}
+
+// Ping renews clientID's session. needRemount says the master has no
+// session for it: call ReMountSegment (KeepAlive does). ttlMs is the session TTL.
+func (c *Client) Ping(ctx context.Context, clientID string) (needRemount bool, ttlMs int64, err error) {
+	r, err := call(ctx, c, true, moonraftpb.MasterClient.Ping, &moonraftpb.PingRequest{ClientId: clientID})
+	if err != nil {
+		return false, 0, err
+	}
+	return r.GetClientStatus() == moonraftpb.ClientStatus_CLIENT_STATUS_NEED_REMOUNT, r.GetTtlMs(), nil
+}
+
+// Status asks one node, by its endpoint, for its status; no retry.
+func (c *Client) Status(ctx context.Context, endpoint string) (*moonraftpb.NodeStatus, error) {
+	cc, err := c.conn(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	r, err := moonraftpb.NewMasterClient(cc).Status(ctx, &moonraftpb.StatusRequest{})
+	if err != nil {
+		e, _ := rpcError(endpoint, err, true, true)
+		return nil, e
+	}
+	if err := errorOf(r.GetStatus()); err != nil {
+		return nil, err
+	}
+	return r.GetNode(), nil
+}
+
+// StatusAll asks every known endpoint (Endpoints) for its status at once;
+// the i-th status or error is the i-th endpoint's.
+func (c *Client) StatusAll(ctx context.Context) ([]*moonraftpb.NodeStatus, []error) {
+	eps := c.Endpoints()
+	sts, errs := make([]*moonraftpb.NodeStatus, len(eps)), make([]error, len(eps))
+	var wg sync.WaitGroup
+	for i, ep := range eps {
+		wg.Go(func() { sts[i], errs[i] = c.Status(ctx, ep) })
+	}
+	wg.Wait()
+	return sts, errs
+}
+
+// Members lists the Raft configuration.
+func (c *Client) Members(ctx context.Context) ([]*moonraftpb.Member, error) {
+	r, err := call(ctx, c, true, moonraftpb.MasterClient.Members, &moonraftpb.MembersRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return r.GetMembers(), nil
+}
+
+// AddVoter adds server id at raftAddr as a voter; retried, since adding
+// the same voter again leaves the configuration as it is.
+func (c *Client) AddVoter(ctx context.Context, id, raftAddr string) error {
+	_, err := call(ctx, c, true, moonraftpb.MasterClient.AddVoter, &moonraftpb.AddVoterRequest{Id: id, RaftAddr: raftAddr})
+	return err
+}
+
+// RemoveServer removes server id from the configuration; retried like AddVoter.
+func (c *Client) RemoveServer(ctx context.Context, id string) error {
+	_, err := call(ctx, c, true, moonraftpb.MasterClient.RemoveServer, &moonraftpb.RemoveServerRequest{Id: id})
+	return err
+}
+
+// TransferLeadership hands leadership to id ("" for any voter). Not resent:
+// a second transfer would move leadership away from the new leader.
+func (c *Client) TransferLeadership(ctx context.Context, id string) error {
+	_, err := call(ctx, c, false, moonraftpb.MasterClient.TransferLeadership, &moonraftpb.TransferLeadershipRequest{Id: id})
+	return err
+}
+
+// SnapshotSave writes a fresh snapshot of the leader's state into w. It is
+// retried (at the leader) only until the first byte reaches w.
+func (c *Client) SnapshotSave(ctx context.Context, w io.Writer) error {
+	return c.do(ctx, true, func(ctx context.Context, mc moonraftpb.MasterClient, sent grpc.CallOption) (*moonraftpb.Status, error) {
+		stream, err := mc.SnapshotSave(ctx, &moonraftpb.SnapshotSaveRequest{}, sent)
+		if err != nil {
+			return nil, err
+		}
+		written := false
+		for {
+			chunk, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return statusOf(nil), nil
+			}
+			if err != nil {
+				if written {
+					e, _ := rpcError("the leader", err, true, true)
+					return nil, permanent{e}
+				}
+				return nil, err
+			}
+			written = true
+			if _, err := w.Write(chunk.GetData()); err != nil {
+				return nil, permanent{errcode.New(errcode.FileWriteFail, "writing the snapshot: %v", err)}
+			}
+		}
+	})
+}
+
+// SnapshotRestore uploads the snapshot read from r and restores the cluster
+// from it. A restore that may have reached the leader is not resent
+// (OUTCOME_UNKNOWN); one refused by a follower is resent to the leader only
+// if r is an io.Seeker, rewound to where it started.
+func (c *Client) SnapshotRestore(ctx context.Context, r io.Reader) error {
+	seeker, _ := r.(io.Seeker)
+	var start int64
+	if seeker != nil {
+		var err error
+		if start, err = seeker.Seek(0, io.SeekCurrent); err != nil {
+			seeker = nil
+		}
+	}
+	consumed := false
+	var refused error
+	return c.do(ctx, false, func(ctx context.Context, mc moonraftpb.MasterClient, sent grpc.CallOption) (*moonraftpb.Status, error) {
+		if consumed {
+			if seeker == nil {
+				return nil, permanent{errcode.New(errcode.InvalidParams,
+					"the snapshot was refused (%v) and cannot be sent again: its reader cannot be rewound; pass an io.ReadSeeker such as an *os.File", refused)}
+			}
+			if _, err := seeker.Seek(start, io.SeekStart); err != nil {
+				return nil, permanent{errcode.New(errcode.FileReadFail, "rewinding the snapshot: %v", err)}
+			}
+		}
+		st, err := c.restoreOnce(ctx, mc, sent, r, &consumed)
+		refused = err
+		if st != nil {
+			refused = errorOf(st)
+		}
+		return st, err
+	})
+}
+
+func (c *Client) restoreOnce(ctx context.Context, mc moonraftpb.MasterClient, sent grpc.CallOption, r io.Reader, consumed *bool) (*moonraftpb.Status, error) {
+	// Cancelling the stream on a read error tells the server the upload is
+	// incomplete, so it restores nothing.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := mc.SnapshotRestore(ctx, sent)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, SnapshotChunkBytes)
+	for {
+		n, rerr := io.ReadFull(r, buf)
+		if n > 0 {
+			*consumed = true
+			// io.EOF here means the server has answered already (e.g.
+			// NOT_LEADER): CloseAndRecv below returns its answer.
+			if err := stream.Send(&moonraftpb.SnapshotChunk{Data: buf[:n]}); err != nil {
+				break
+			}
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			return nil, permanent{errcode.New(errcode.FileReadFail, "reading the snapshot: %v", rerr)}
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetStatus(), nil
+}
+
+func checkCount(got, want int) error {
+	if got != want {
+		return errcode.New(errcode.InternalError, "the master answered %d results for %d items", got, want)
+	}
+	return nil
+}
+
+func itemErrors[R interface{ GetStatus() *moonraftpb.Status }](res []R, n int) ([]error, error) {
+	if err := checkCount(len(res), n); err != nil {
+		return nil, err
+	}
+	out := make([]error, n)
+	for i, it := range res {
+		out[i] = errorOf(it.GetStatus())
+	}
+	return out, nil
+}

@@ -1,0 +1,100 @@
+package transport
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/moonraft/moonraft/fsm"
+)
+
+// maxPingInterval is the longest wait between pings: DESIGN.md has clients
+// ping every second against a 10 s session TTL.
+const maxPingInterval = time.Second
+
+// Keeper keeps a client's session alive: it pings, and remounts the
+// client's segments when the master answers NEED_REMOUNT (the session
+// expired, or a restored master never knew it).
+type Keeper struct {
+	cancel   context.CancelFunc
+	done     chan struct{}
+	remounts atomic.Int64
+
+	mu      sync.Mutex
+	lastErr error
+}
+
+// KeepAlive starts a Keeper for clientID, whose mounted segments are
+// segments. It pings at once, then every interval; with interval ≤ 0, every
+// third of the TTL the master answers, at most every second. It stops when
+// ctx is done or Stop is called.
+func (c *Client) KeepAlive(ctx context.Context, clientID string, segments []fsm.SegmentSpec, interval time.Duration) *Keeper {
+	ctx, cancel := context.WithCancel(ctx)
+	k := &Keeper{cancel: cancel, done: make(chan struct{})}
+	go k.run(ctx, c, clientID, slices.Clone(segments), interval)
+	return k
+}
+
+func (k *Keeper) run(ctx context.Context, c *Client, clientID string, segs []fsm.SegmentSpec, interval time.Duration) {
+	defer close(k.done)
+	every := interval
+	if every <= 0 {
+		every = maxPingInterval
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ttl := k.once(ctx, c, clientID, segs, every)
+		if interval <= 0 && ttl > 0 {
+			every = min(time.Duration(ttl)*time.Millisecond/3, maxPingInterval)
+		}
+		t.Reset(every)
+	}
+}
+
+// once pings (and remounts if told to) and returns the session TTL in ms,
+// 0 if the ping failed. Each RPC may retry for at least a second, or one
+// interval if longer, before the next round.
+func (k *Keeper) once(ctx context.Context, c *Client, clientID string, segs []fsm.SegmentSpec, every time.Duration) int64 {
+	budget := max(every, time.Second)
+	pctx, cancel := context.WithTimeout(ctx, budget)
+	need, ttl, err := c.Ping(pctx, clientID)
+	cancel()
+	if err == nil && need {
+		rctx, cancel := context.WithTimeout(ctx, budget)
+		err = c.ReMountSegment(rctx, clientID, segs)
+		cancel()
+		if err == nil {
+			k.remounts.Add(1)
+		}
+	}
+	if ctx.Err() == nil {
+		k.mu.Lock()
+		k.lastErr = err
+		k.mu.Unlock()
+	}
+	return ttl
+}
+
+// Stop stops the Keeper and waits for its goroutine to end.
+func (k *Keeper) Stop() {
+	k.cancel()
+	<-k.done
+}
+
+// Remounts is how many times the Keeper has remounted the segments.
+func (k *Keeper) Remounts() int { return int(k.remounts.Load()) }
+
+// Err is the error of the last ping or remount, nil if it succeeded.
+func (k *Keeper) Err() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lastErr
+}

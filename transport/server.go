@@ -1,0 +1,383 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"sync"
+
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/fsm"
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+const (
+	// MaxMessageBytes caps one gRPC message each way, on the server and in
+	// the client. A key is at most 4 KiB, so only a huge batch or by-regex
+	// answer comes near it.
+	MaxMessageBytes = 16 << 20
+	// MaxBatch is the most items one batch RPC may carry.
+	MaxBatch = 10000
+	// SnapshotChunkBytes is the largest data of one SnapshotChunk.
+	SnapshotChunkBytes = 1 << 20
+
+	// batchReadParallelism bounds the concurrent reads of one batch: the
+	// node shares one leadership check among concurrent reads, so a batch
+	// read in parallel costs a few quorum rounds instead of one per key.
+	batchReadParallelism = 32
+)
+
+// NewServer returns a gRPC server serving moonraft.v1.Master from b, with
+// messages capped at MaxMessageBytes; opts come after the defaults, so they
+// may override them.
+func NewServer(b Backend, opts ...grpc.ServerOption) *grpc.Server {
+	opts = append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.MaxSendMsgSize(MaxMessageBytes),
+	}, opts...)
+	s := grpc.NewServer(opts...)
+	moonraftpb.RegisterMasterServer(s, &server{b: b})
+	return s
+}
+
+// server turns requests into fsm commands or Backend reads. Argument checks
+// are the FSM's (authoritative, and the same on every node); the server only
+// checks what the FSM never sees, such as the length of a batch.
+type server struct {
+	moonraftpb.UnimplementedMasterServer
+	b Backend
+}
+
+func (s *server) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, *moonraftpb.Status) {
+	r, err := s.b.Propose(ctx, cmd)
+	if err != nil {
+		return r, writeStatusOf(err)
+	}
+	return r, statusOf(r.Err)
+}
+
+func (s *server) ExistKey(ctx context.Context, req *moonraftpb.ExistKeyRequest) (*moonraftpb.ExistKeyResponse, error) {
+	return s.existKey(ctx, req.GetKey()), nil
+}
+
+func (s *server) existKey(ctx context.Context, key string) *moonraftpb.ExistKeyResponse {
+	ok, g, err := s.b.ExistKey(ctx, key)
+	resp := &moonraftpb.ExistKeyResponse{Status: statusOf(err)}
+	if err == nil && ok {
+		resp.Exists, resp.LeaseUntilMs = true, g.UntilMs
+	}
+	return resp
+}
+
+func (s *server) GetReplicaList(ctx context.Context, req *moonraftpb.GetReplicaListRequest) (*moonraftpb.GetReplicaListResponse, error) {
+	return s.getReplicaList(ctx, req.GetKey()), nil
+}
+
+func (s *server) getReplicaList(ctx context.Context, key string) *moonraftpb.GetReplicaListResponse {
+	rs, g, err := s.b.GetReplicaList(ctx, key)
+	resp := &moonraftpb.GetReplicaListResponse{Status: statusOf(err)}
+	if err == nil {
+		resp.Replicas, resp.LeaseUntilMs = replicasToPB(rs), g.UntilMs
+	}
+	return resp
+}
+
+func (s *server) BatchExistKey(ctx context.Context, req *moonraftpb.BatchExistKeyRequest) (*moonraftpb.BatchExistKeyResponse, error) {
+	keys := req.GetKeys()
+	res := make([]*moonraftpb.ExistKeyResponse, len(keys))
+	top := runBatch(len(keys), batchReadParallelism, func(i int) *moonraftpb.Status {
+		res[i] = s.existKey(ctx, keys[i])
+		return res[i].Status
+	})
+	if !isOK(top) {
+		return &moonraftpb.BatchExistKeyResponse{Status: top}, nil
+	}
+	return &moonraftpb.BatchExistKeyResponse{Status: top, Results: res}, nil
+}
+
+func (s *server) BatchGetReplicaList(ctx context.Context, req *moonraftpb.BatchGetReplicaListRequest) (*moonraftpb.BatchGetReplicaListResponse, error) {
+	keys := req.GetKeys()
+	res := make([]*moonraftpb.GetReplicaListResponse, len(keys))
+	top := runBatch(len(keys), batchReadParallelism, func(i int) *moonraftpb.Status {
+		res[i] = s.getReplicaList(ctx, keys[i])
+		return res[i].Status
+	})
+	if !isOK(top) {
+		return &moonraftpb.BatchGetReplicaListResponse{Status: top}, nil
+	}
+	return &moonraftpb.BatchGetReplicaListResponse{Status: top, Results: res}, nil
+}
+
+func (s *server) GetReplicaListByRegex(ctx context.Context, req *moonraftpb.GetReplicaListByRegexRequest) (*moonraftpb.GetReplicaListByRegexResponse, error) {
+	objs, err := s.b.GetReplicaListByRegex(ctx, req.GetRegex())
+	resp := &moonraftpb.GetReplicaListByRegexResponse{Status: statusOf(err)}
+	for _, o := range objs {
+		resp.Objects = append(resp.Objects, &moonraftpb.KeyReplicas{Key: o.Key, Replicas: replicasToPB(o.Replicas), LeaseUntilMs: o.Grant.UntilMs})
+	}
+	return resp, nil
+}
+
+func (s *server) PutStart(ctx context.Context, req *moonraftpb.PutStartRequest) (*moonraftpb.PutStartResponse, error) {
+	return s.putStart(ctx, req), nil
+}
+
+func (s *server) putStart(ctx context.Context, req *moonraftpb.PutStartRequest) *moonraftpb.PutStartResponse {
+	cfg := req.GetConfig() // nil leaves replica_num 0, which the FSM refuses
+	r, st := s.propose(ctx, &fsm.PutStart{
+		NowMs:            s.b.Now(),
+		Key:              req.GetKey(),
+		SliceLengths:     req.GetSliceLengths(),
+		ReplicaNum:       cfg.GetReplicaNum(),
+		SoftPin:          cfg.GetWithSoftPin(),
+		PreferredSegment: cfg.GetPreferredSegment(),
+		ClientID:         req.GetClientId(),
+	})
+	return &moonraftpb.PutStartResponse{Status: st, Replicas: replicasToPB(r.Replicas)}
+}
+
+func (s *server) PutEnd(ctx context.Context, req *moonraftpb.PutEndRequest) (*moonraftpb.PutEndResponse, error) {
+	_, st := s.propose(ctx, &fsm.PutEnd{NowMs: s.b.Now(), Key: req.GetKey(), ClientID: req.GetClientId()})
+	return &moonraftpb.PutEndResponse{Status: st}, nil
+}
+
+func (s *server) PutRevoke(ctx context.Context, req *moonraftpb.PutRevokeRequest) (*moonraftpb.PutRevokeResponse, error) {
+	_, st := s.propose(ctx, &fsm.PutRevoke{NowMs: s.b.Now(), Key: req.GetKey(), ClientID: req.GetClientId()})
+	return &moonraftpb.PutRevokeResponse{Status: st}, nil
+}
+
+func (s *server) BatchPutStart(ctx context.Context, req *moonraftpb.BatchPutStartRequest) (*moonraftpb.BatchPutStartResponse, error) {
+	items := req.GetItems()
+	res := make([]*moonraftpb.PutStartResponse, len(items))
+	// Writes go one by one, in request order: two items of one key must
+	// meet the FSM in the order the client gave them.
+	top := runBatch(len(items), 1, func(i int) *moonraftpb.Status {
+		res[i] = s.putStart(ctx, items[i])
+		return res[i].Status
+	})
+	if !isOK(top) {
+		return &moonraftpb.BatchPutStartResponse{Status: top}, nil
+	}
+	return &moonraftpb.BatchPutStartResponse{Status: top, Results: res}, nil
+}
+
+func (s *server) BatchPutEnd(ctx context.Context, req *moonraftpb.BatchPutEndRequest) (*moonraftpb.BatchPutEndResponse, error) {
+	keys := req.GetKeys()
+	res := make([]*moonraftpb.PutEndResponse, len(keys))
+	top := runBatch(len(keys), 1, func(i int) *moonraftpb.Status {
+		_, st := s.propose(ctx, &fsm.PutEnd{NowMs: s.b.Now(), Key: keys[i], ClientID: req.GetClientId()})
+		res[i] = &moonraftpb.PutEndResponse{Status: st}
+		return st
+	})
+	if !isOK(top) {
+		return &moonraftpb.BatchPutEndResponse{Status: top}, nil
+	}
+	return &moonraftpb.BatchPutEndResponse{Status: top, Results: res}, nil
+}
+
+func (s *server) BatchPutRevoke(ctx context.Context, req *moonraftpb.BatchPutRevokeRequest) (*moonraftpb.BatchPutRevokeResponse, error) {
+	keys := req.GetKeys()
+	res := make([]*moonraftpb.PutRevokeResponse, len(keys))
+	top := runBatch(len(keys), 1, func(i int) *moonraftpb.Status {
+		_, st := s.propose(ctx, &fsm.PutRevoke{NowMs: s.b.Now(), Key: keys[i], ClientID: req.GetClientId()})
+		res[i] = &moonraftpb.PutRevokeResponse{Status: st}
+		return st
+	})
+	if !isOK(top) {
+		return &moonraftpb.BatchPutRevokeResponse{Status: top}, nil
+	}
+	return &moonraftpb.BatchPutRevokeResponse{Status: top, Results: res}, nil
+}
+
+func (s *server) Remove(ctx context.Context, req *moonraftpb.RemoveRequest) (*moonraftpb.RemoveResponse, error) {
+	r, st := s.propose(ctx, &fsm.Remove{NowMs: s.b.Now(), Key: req.GetKey(), Force: req.GetForce()})
+	return &moonraftpb.RemoveResponse{Status: st, Removed: r.Removed}, nil
+}
+
+func (s *server) RemoveByRegex(ctx context.Context, req *moonraftpb.RemoveByRegexRequest) (*moonraftpb.RemoveByRegexResponse, error) {
+	r, st := s.propose(ctx, &fsm.RemoveByRegex{NowMs: s.b.Now(), Regex: req.GetRegex(), Force: req.GetForce()})
+	return &moonraftpb.RemoveByRegexResponse{Status: st, Removed: r.Removed}, nil
+}
+
+func (s *server) RemoveAll(ctx context.Context, req *moonraftpb.RemoveAllRequest) (*moonraftpb.RemoveAllResponse, error) {
+	r, st := s.propose(ctx, &fsm.RemoveAll{NowMs: s.b.Now(), Force: req.GetForce()})
+	return &moonraftpb.RemoveAllResponse{Status: st, Removed: r.Removed}, nil
+}
+
+func (s *server) MountSegment(ctx context.Context, req *moonraftpb.MountSegmentRequest) (*moonraftpb.MountSegmentResponse, error) {
+	_, st := s.propose(ctx, &fsm.MountSegment{NowMs: s.b.Now(), ClientID: req.GetClientId(), Segment: segmentFromPB(req.GetSegment())})
+	return &moonraftpb.MountSegmentResponse{Status: st}, nil
+}
+
+func (s *server) ReMountSegment(ctx context.Context, req *moonraftpb.ReMountSegmentRequest) (*moonraftpb.ReMountSegmentResponse, error) {
+	segs := make([]fsm.SegmentSpec, len(req.GetSegments()))
+	for i, sg := range req.GetSegments() {
+		segs[i] = segmentFromPB(sg)
+	}
+	_, st := s.propose(ctx, &fsm.RemountSegments{NowMs: s.b.Now(), ClientID: req.GetClientId(), Segments: segs})
+	return &moonraftpb.ReMountSegmentResponse{Status: st}, nil
+}
+
+func (s *server) UnmountSegment(ctx context.Context, req *moonraftpb.UnmountSegmentRequest) (*moonraftpb.UnmountSegmentResponse, error) {
+	_, st := s.propose(ctx, &fsm.UnmountSegment{NowMs: s.b.Now(), ClientID: req.GetClientId(), SegmentID: req.GetSegmentId()})
+	return &moonraftpb.UnmountSegmentResponse{Status: st}, nil
+}
+
+func (s *server) Ping(ctx context.Context, req *moonraftpb.PingRequest) (*moonraftpb.PingResponse, error) {
+	need, err := s.b.Ping(ctx, req.GetClientId())
+	resp := &moonraftpb.PingResponse{Status: statusOf(err)}
+	if err == nil {
+		resp.ClientStatus, resp.TtlMs = moonraftpb.ClientStatus_CLIENT_STATUS_OK, s.b.ClientTTLMs()
+		if need {
+			resp.ClientStatus = moonraftpb.ClientStatus_CLIENT_STATUS_NEED_REMOUNT
+		}
+	}
+	return resp, nil
+}
+
+func (s *server) Status(context.Context, *moonraftpb.StatusRequest) (*moonraftpb.StatusResponse, error) {
+	return &moonraftpb.StatusResponse{Status: statusOf(nil), Node: s.b.Status()}, nil
+}
+
+func (s *server) Members(ctx context.Context, _ *moonraftpb.MembersRequest) (*moonraftpb.MembersResponse, error) {
+	ms, err := s.b.Members(ctx)
+	return &moonraftpb.MembersResponse{Status: statusOf(err), Members: ms}, nil
+}
+
+// AddVoter ignores the request's grpc_addr: the Backend has no place for it
+// (a leader's client address travels in its Promote command instead).
+func (s *server) AddVoter(ctx context.Context, req *moonraftpb.AddVoterRequest) (*moonraftpb.AddVoterResponse, error) {
+	return &moonraftpb.AddVoterResponse{Status: statusOf(s.b.AddVoter(ctx, req.GetId(), req.GetRaftAddr()))}, nil
+}
+
+func (s *server) RemoveServer(ctx context.Context, req *moonraftpb.RemoveServerRequest) (*moonraftpb.RemoveServerResponse, error) {
+	return &moonraftpb.RemoveServerResponse{Status: statusOf(s.b.RemoveServer(ctx, req.GetId()))}, nil
+}
+
+func (s *server) TransferLeadership(ctx context.Context, req *moonraftpb.TransferLeadershipRequest) (*moonraftpb.TransferLeadershipResponse, error) {
+	return &moonraftpb.TransferLeadershipResponse{Status: statusOf(s.b.TransferLeadership(ctx, req.GetId()))}, nil
+}
+
+func (s *server) SnapshotSave(_ *moonraftpb.SnapshotSaveRequest, stream moonraftpb.Master_SnapshotSaveServer) error {
+	// bufio gathers the backend's small writes into chunks of up to
+	// SnapshotChunkBytes; chunkWriter splits the large ones bufio passes on.
+	bw := bufio.NewWriterSize(chunkWriter{stream}, SnapshotChunkBytes)
+	err := s.b.SnapshotSave(stream.Context(), bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		return grpcError(statusOf(err))
+	}
+	return nil
+}
+
+func (s *server) SnapshotRestore(stream moonraftpb.Master_SnapshotRestoreServer) error {
+	err := s.b.SnapshotRestore(stream.Context(), &chunkReader{stream: stream})
+	var st *moonraftpb.Status
+	if err != nil {
+		st = writeStatusOf(err)
+	} else {
+		st = statusOf(nil)
+	}
+	return stream.SendAndClose(&moonraftpb.SnapshotRestoreResponse{Status: st})
+}
+
+// grpcError is the stream error of a failed SnapshotSave: a gRPC code for
+// generic clients, and the Status in its details for ours.
+func grpcError(st *moonraftpb.Status) error {
+	c := codes.Internal
+	switch errcode.Code(st.GetCode()) {
+	case errcode.NotLeader:
+		c = codes.FailedPrecondition
+	case errcode.UnavailableInCurrentStatus:
+		c = codes.Unavailable
+	case errcode.InvalidParams, errcode.InvalidKey:
+		c = codes.InvalidArgument
+	}
+	gs := status.New(c, st.GetName()+": "+st.GetMessage())
+	if d, err := gs.WithDetails(st); err == nil {
+		gs = d
+	}
+	return gs.Err()
+}
+
+type chunkWriter struct {
+	stream moonraftpb.Master_SnapshotSaveServer
+}
+
+// Write sends p in chunks of at most SnapshotChunkBytes. Send marshals
+// before it returns, so the caller may reuse p.
+func (w chunkWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		c := min(len(p), SnapshotChunkBytes)
+		if err := w.stream.Send(&moonraftpb.SnapshotChunk{Data: p[:c]}); err != nil {
+			return n, err
+		}
+		n, p = n+c, p[c:]
+	}
+	return n, nil
+}
+
+// chunkReader reads the data of a client stream of chunks; io.EOF once the
+// client has closed it.
+type chunkReader struct {
+	stream moonraftpb.Master_SnapshotRestoreServer
+	buf    []byte
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		c, err := r.stream.Recv()
+		if err != nil {
+			return 0, err
+		}
+		r.buf = c.GetData()
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+func isOK(st *moonraftpb.Status) bool { return st.GetCode() == int32(errcode.OK) }
+
+// notServing says the node could not serve the request at all (follower, no
+// leader), so it could serve no other item of a batch either.
+func notServing(st *moonraftpb.Status) bool {
+	return Retryable(errcode.Code(st.GetCode()))
+}
+
+// runBatch runs item for 0..n-1, up to parallel at a time, and returns the
+// batch's top-level status. The first item runs alone: if it finds the node
+// not serving, the whole batch is answered with its status, and a client
+// retries the batch at the leader.
+func runBatch(n, parallel int, item func(i int) *moonraftpb.Status) *moonraftpb.Status {
+	if n > MaxBatch {
+		return statusOf(errcode.New(errcode.InvalidParams, "batch of %d items, the limit is %d", n, MaxBatch))
+	}
+	if n == 0 {
+		return statusOf(nil)
+	}
+	if st := item(0); notServing(st) {
+		return st
+	}
+	if parallel <= 1 {
+		for i := 1; i < n; i++ {
+			item(i)
+		}
+		return statusOf(nil)
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, parallel)
+	for i := 1; i < n; i++ {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			item(i)
+		})
+	}
+	wg.Wait()
+	return statusOf(nil)
+}
