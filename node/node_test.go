@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func newCluster(t *testing.T, n int, tick time.Duration) *cluster {
 		cfg := DefaultConfig()
 		cfg.ID = peers[i].ID
 		cfg.RaftAddr = peers[i].RaftAddr
-		cfg.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", 17100+i)
+		cfg.GRPCAddr = freeAddr(t)
 		cfg.DataDir = t.TempDir()
 		cfg.Bootstrap = true
 		cfg.Peers = peers
@@ -64,7 +65,7 @@ func newCluster(t *testing.T, n int, tick time.Duration) *cluster {
 }
 
 func (c *cluster) start(i int) {
-	nd, err := New(c.cfgs[i])
+	nd, err := Start(context.Background(), c.cfgs[i])
 	require.NoError(c.t, err)
 	if i < len(c.nodes) {
 		c.nodes[i] = nd
@@ -261,6 +262,46 @@ func TestSnapshotAndRestoreThroughRaft(t *testing.T) {
 	c.start(f)
 	c.converged()
 	assert.Equal(t, 2, int(c.nodes[f].Status().Objects))
+}
+
+// TestJoin: a fresh node given --join of any member is added as a voter,
+// catches up, and takes part in the quorum.
+func TestJoin(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	put(t, c.nodes[l], "before-join")
+	cfg := c.cfgs[0]
+	cfg.ID, cfg.RaftAddr, cfg.GRPCAddr, cfg.DataDir = "n3", freeAddr(t), freeAddr(t), t.TempDir()
+	cfg.Bootstrap, cfg.Peers = false, nil
+	cfg.Join = c.cfgs[(l+1)%3].GRPCAddr // a follower: the join follows NOT_LEADER
+	c.cfgs = append(c.cfgs, cfg)
+	c.start(3)
+	members, err := c.nodes[l].Members(ctx(t))
+	require.NoError(t, err)
+	assert.Len(t, members, 4)
+	put(t, c.nodes[l], "after-join")
+	c.converged()
+	assert.Equal(t, 2, int(c.nodes[3].Status().Objects))
+	// Restarted, it rejoins from its data dir without joining again.
+	c.stop(3)
+	c.start(3)
+	assert.True(t, c.nodes[3].HadState())
+	c.converged()
+}
+
+func TestHTTPHealth(t *testing.T) {
+	c := newCluster(t, 1, time.Hour)
+	nd := c.nodes[c.leader()]
+	rec := httptest.NewRecorder()
+	nd.httpHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	assert.Equal(t, 200, rec.Code)
+	rec = httptest.NewRecorder()
+	nd.httpHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/status", nil))
+	assert.Contains(t, rec.Body.String(), `"role":"leader"`)
+	rec = httptest.NewRecorder()
+	nd.httpHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	assert.Equal(t, "ok\n", rec.Body.String())
 }
 
 func TestConfigValidation(t *testing.T) {

@@ -99,7 +99,12 @@ func (c *cli) fail(err error) int {
 		fmt.Fprint(c.errOut, usage)
 		return 2
 	}
-	fmt.Fprintf(c.errOut, "%s: %v\n", errcode.Of(err), err)
+	var coded *errcode.Error
+	if errors.As(err, &coded) {
+		fmt.Fprintln(c.errOut, err) // already starts with the code name
+	} else {
+		fmt.Fprintf(c.errOut, "%s: %v\n", errcode.Of(err), err)
+	}
 	return 1
 }
 

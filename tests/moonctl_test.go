@@ -1,0 +1,86 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMoonctl drives the CLI binary against a real cluster: exit status 0
+// and the expected output on success, 1 and the error-code name on stderr
+// on failure, JSON with --json.
+func TestMoonctl(t *testing.T) {
+	dir := t.TempDir()
+	bin, ctl := Binaries(t, dir)
+	c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms")
+	eps := strings.Join(c.Endpoints(), ",")
+	moonctl := func(args ...string) (string, string, int) {
+		cmd := exec.Command(ctl, append([]string{"--endpoints", eps, "--timeout", "20s"}, args...)...)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		return out.String(), errOut.String(), code
+	}
+	require.Eventually(t, func() bool {
+		out, _, _ := moonctl("status")
+		return strings.Contains(out, " leader ")
+	}, 20*time.Second, 100*time.Millisecond)
+
+	steps := []struct {
+		args     []string
+		code     int
+		contains string // in stdout on success, stderr on failure
+	}{
+		{[]string{"mount", "--client", "c1", "--segment", "seg1", "--size", "1048576"}, 0, "OK"},
+		{[]string{"mount", "--client", "c1", "--segment", "seg2", "--size", "0", "--base", "9999999"}, 1, "INVALID_PARAMS"},
+		{[]string{"ping", "--client", "c1"}, 0, "OK"},
+		{[]string{"ping", "--client", "nobody"}, 0, "NEED_REMOUNT"},
+		{[]string{"put", "a/1", "--size", "4096", "--client", "c1"}, 0, "COMPLETE"},
+		{[]string{"put", "a/1", "--size", "4096", "--client", "c1"}, 1, "OBJECT_ALREADY_EXISTS"},
+		{[]string{"put-start", "a/2", "--size", "100", "--client", "c1", "--soft-pin"}, 0, "PROCESSING"},
+		{[]string{"get", "a/2"}, 1, "REPLICA_IS_NOT_READY"},
+		{[]string{"put-end", "a/2", "--client", "c2"}, 1, "ILLEGAL_CLIENT"},
+		{[]string{"put-end", "a/2", "--client", "c1"}, 0, "OK"},
+		{[]string{"put-start", "a/3", "--size", "100", "--client", "c1"}, 0, "PROCESSING"},
+		{[]string{"put-revoke", "a/3", "--client", "c1"}, 0, "OK"},
+		{[]string{"get", "a/1"}, 0, "seg1@"},
+		{[]string{"exist", "a/3"}, 0, "false"},
+		{[]string{"ls", "--regex", "^a/"}, 0, "a/2"},
+		{[]string{"rm", "a/1"}, 1, "OBJECT_HAS_LEASE"},
+		{[]string{"rm", "a/1", "--force"}, 0, "removed 1"},
+		{[]string{"rm", "--regex", "("}, 1, "INVALID_PARAMS"},
+		{[]string{"rm", "--all", "--force"}, 0, "removed 1"},
+		{[]string{"get", "a/1"}, 1, "OBJECT_NOT_FOUND"},
+		{[]string{"unmount", "--client", "c1", "--segment", "seg1"}, 0, "OK"},
+		{[]string{"members", "list"}, 0, "Voter"},
+		{[]string{"leader", "transfer"}, 0, "transferred"},
+		{[]string{"status"}, 0, "APPLIED INDEX"},
+		{[]string{"no-such-command"}, 2, "usage"},
+	}
+	for _, s := range steps {
+		out, errOut, code := moonctl(s.args...)
+		require.Equal(t, s.code, code, "moonctl %v: stdout %q stderr %q", s.args, out, errOut)
+		if s.code == 0 {
+			assert.Contains(t, out, s.contains, "moonctl %v", s.args)
+		} else {
+			assert.Contains(t, errOut, s.contains, "moonctl %v", s.args)
+		}
+	}
+	out, _, code := moonctl("--json", "status")
+	require.Equal(t, 0, code)
+	var sts []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &sts), out)
+	assert.Len(t, sts, 3)
+}
