@@ -118,7 +118,7 @@ func BenchmarkEvict(b *testing.B) {
 				p.EvictionRatioPPM = tc.ratio
 				f.Apply(Encode(&Promote{NowMs: f.nowMs, LeaderID: "n", Term: 1, Params: p}))
 				now := f.nowMs + p.LeaseTTLMs
-				tick := Encode(&Tick{NowMs: now, Pings: []lease.Ping{{ClientID: "bench", AtMs: now}}})
+				tick := Encode(&Tick{NowMs: now, Pings: []lease.Ping{{ClientID: "bench", AtMs: now}}, Evict: true})
 				runtime.GC()
 				b.StartTimer()
 				evicted += f.Apply(tick).Evicted

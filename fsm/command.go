@@ -116,11 +116,14 @@ type RemoveAll struct {
 }
 
 // Tick carries the leader's clock and what it batched since the last tick.
+// Evict is the leader's decision to run eviction (it saw EvictionDue): the
+// state machine evicts only when told, because the leader must hold reads
+// while an evicting tick is in flight, so it has to know in advance.
 type Tick struct {
-	NowMs     int64
-	Renewals  []lease.Renewal
-	Pings     []lease.Ping
-	NeedSpace bool
+	NowMs    int64
+	Renewals []lease.Renewal
+	Pings    []lease.Ping
+	Evict    bool
 }
 
 // Promote is the one-time cleanup a new leader proposes before serving. It
@@ -274,7 +277,7 @@ func (c *Tick) encode(e *enc) {
 		e.str(p.ClientID)
 		e.i64(p.AtMs)
 	}
-	e.bool(c.NeedSpace)
+	e.bool(c.Evict)
 }
 
 func (c *Tick) decode(d *dec) {
@@ -291,7 +294,7 @@ func (c *Tick) decode(d *dec) {
 			c.Pings[i] = lease.Ping{ClientID: d.str(), AtMs: d.i64()}
 		}
 	}
-	c.NeedSpace = d.bool()
+	c.Evict = d.bool()
 }
 
 func (c *Promote) encode(e *enc) {

@@ -58,7 +58,7 @@ func TestEvictionOrderAndLeases(t *testing.T) {
 	from := len(x.f.ring)
 	// Each tick frees at least 5 % of capacity: one 10-byte object.
 	for i := 0; i < 12; i++ {
-		x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}, NeedSpace: true})
+		x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}, Evict: true})
 	}
 	assert.Equal(t, []string{"k9", "k8", "k7", "k6", "k5", "k4", "k3", "k2", "k1"}, x.evictedSince(from),
 		"smallest lease deadline first")
@@ -83,7 +83,7 @@ func TestEvictionSoftPinnedSecondPass(t *testing.T) {
 			x.put("plain", "c1", 10)
 			x.now++
 			from := len(x.f.ring)
-			x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}, NeedSpace: true})
+			x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}, Evict: true})
 			if allow {
 				assert.Equal(t, []string{"plain", "pin0", "pin1"}, x.evictedSince(from), "soft-pinned only after the others")
 			} else {
@@ -128,4 +128,20 @@ func TestMulHelpers(t *testing.T) {
 	assert.Equal(t, uint64(50), mulDiv(1000, 50_000, ppm))
 	assert.Equal(t, max/2, mulDiv(max, ppm/2, ppm))
 	assert.Equal(t, max, mulDiv(max, 2, 1), "saturates")
+}
+
+// TestEvictOnlyWhenTold: over the watermark, a Tick not marked Evict does
+// not evict — the leader decides, because it must hold reads meanwhile.
+func TestEvictOnlyWhenTold(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 100)
+	for i := 0; i < 10; i++ {
+		x.put(fmt.Sprintf("k%d", i), "c1", 10)
+	}
+	x.now++
+	require.True(t, x.f.EvictionDue())
+	r := x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}})
+	assert.Zero(t, r.Evicted)
+	r = x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}, Evict: true})
+	assert.Equal(t, uint64(1), r.Evicted)
 }

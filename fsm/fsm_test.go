@@ -407,7 +407,7 @@ func TestExportRing(t *testing.T) {
 	_, _, err := x.f.GetReplicaList("a", x.now)
 	require.NoError(t, err)
 	x.now += x.f.params.LeaseTTLMs // past Promote's lease on everything
-	x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}, NeedSpace: true})
+	x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}, Evict: true})
 	assert.Greater(t, len(x.f.ring), 3, "eviction entries go past the bound")
 
 	x.code(errcode.InvalidParams, &Exported{Seq: x.f.appliedSeq + 1})
@@ -485,7 +485,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		&Remove{NowMs: 7, Key: "k", Force: true},
 		&RemoveByRegex{NowMs: 8, Regex: "^k", Force: true},
 		&RemoveAll{NowMs: 9, Force: true},
-		&Tick{NowMs: -10, Renewals: []lease.Renewal{{Key: "k", AtMs: 3}}, Pings: []lease.Ping{{ClientID: "c", AtMs: 4}}, NeedSpace: true},
+		&Tick{NowMs: -10, Renewals: []lease.Renewal{{Key: "k", AtMs: 3}}, Pings: []lease.Ping{{ClientID: "c", AtMs: 4}}, Evict: true},
 		&Promote{NowMs: 11, LeaderID: "n1", LeaderAddr: "127.0.0.1:7100", Term: 3, Params: DefaultParams()},
 		&Exported{Seq: 12},
 	}

@@ -112,7 +112,7 @@ func (g *gen) next(f *FSM) Command {
 	case op < 68:
 		return &RemoveAll{NowMs: now, Force: g.r.IntN(2) == 0}
 	case op < 92:
-		t := &Tick{NowMs: now, NeedSpace: g.r.IntN(8) == 0}
+		t := &Tick{NowMs: now, Evict: f.EvictionDue() || g.r.IntN(8) == 0}
 		for i := g.r.IntN(20); i > 0; i-- {
 			t.Renewals = append(t.Renewals, lease.Renewal{Key: g.key(), AtMs: now - int64(g.r.IntN(200))})
 		}

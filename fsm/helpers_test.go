@@ -60,13 +60,14 @@ func (x *h) put(key, client string, sizes ...uint64) {
 
 func (x *h) tick(renewals ...lease.Renewal) Result {
 	x.t.Helper()
-	return x.ok(&Tick{NowMs: x.now, Renewals: renewals})
+	return x.ok(&Tick{NowMs: x.now, Renewals: renewals, Evict: x.f.EvictionDue()})
 }
 
-// keepAlive ticks with a ping from client, so long time jumps do not expire it.
+// keepAlive ticks with a ping from client, so long time jumps do not expire
+// it, marking the tick to evict when due as the leader does.
 func (x *h) keepAlive(client string) Result {
 	x.t.Helper()
-	return x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: client, AtMs: x.now}}})
+	return x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: client, AtMs: x.now}}, Evict: x.f.EvictionDue()})
 }
 
 func (x *h) exists(key string) bool {

@@ -38,10 +38,9 @@ func (f *FSM) tick(c *Tick) Result {
 	res.Removed = f.expireSessions()
 	res.Removed += f.reclaimStalePuts()
 	f.expireTombstones()
-	if c.NeedSpace {
-		f.needSpace = true
+	if c.Evict {
+		res.Evicted = f.evict()
 	}
-	res.Evicted = f.evict()
 	res.Removed += res.Evicted
 	return res
 }
@@ -109,15 +108,12 @@ func (a *evictCandidate) less(b *evictCandidate) bool {
 	return a.leaseMs < b.leaseMs || (a.leaseMs == b.leaseMs && a.ord < b.ord)
 }
 
-// evict is Mooncake's BatchEvict: when usage is over the high watermark or a
-// PutStart failed for space since the last tick, free at least
-// EvictionRatio of capacity. Candidates are complete objects whose lease has
+// evict is Mooncake's BatchEvict, run by a Tick the leader marked because
+// usage was over the high watermark or a PutStart failed for space: free at
+// least EvictionRatio of capacity. Candidates are complete objects whose lease has
 // ended, smallest lease deadline first (ties by key); soft-pinned objects
 // only in a second pass, if allowed.
 func (f *FSM) evict() uint64 {
-	if !f.EvictionDue() {
-		return 0
-	}
 	f.needSpace = false
 	target := mulDiv(f.capacity, f.params.EvictionRatioPPM, ppm)
 	plain := make([]evictCandidate, 0, f.objects.Len())
@@ -235,9 +231,9 @@ func (f *FSM) exported(c *Exported) Result {
 	return Result{}
 }
 
-// EvictionDue reports whether the next Tick will evict (over the watermark
-// or a PutStart failed for space): the leader then holds reads until it is
-// applied.
+// EvictionDue reports whether the next Tick should evict: usage is over
+// the watermark or a PutStart failed for space since the last eviction. The
+// leader then marks the Tick and holds reads until it is applied.
 func (f *FSM) EvictionDue() bool {
 	return f.needSpace || mulLess(f.capacity, f.params.HighWatermarkPPM, f.used, ppm)
 }

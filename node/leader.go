@@ -87,19 +87,20 @@ func (n *Node) promote(ctx context.Context) bool {
 }
 
 // tick proposes one Tick with every renewal and ping batched since the
-// last one. Ticks are serialised so renewals are applied in order. A tick
-// that may evict holds every read until it is applied: a lease granted by
-// a read between the drain and the eviction would otherwise be broken.
+// last one. Ticks are serialised so renewals are applied in order. Only a
+// tick marked Evict evicts, and it holds every read until it is applied: a
+// lease granted by a read between the drain and the eviction would
+// otherwise be broken.
 func (n *Node) tick(ctx context.Context) (fsm.Result, error) {
 	n.tickMu.Lock()
 	defer n.tickMu.Unlock()
-	var evictionDue bool
-	n.sm.read(func(f *fsm.FSM) { evictionDue = f.EvictionDue() })
-	needSpace := n.needSpace.Swap(false)
-	if evictionDue || needSpace {
+	var evict bool
+	n.sm.read(func(f *fsm.FSM) { evict = f.EvictionDue() })
+	evict = n.needSpace.Swap(false) || evict
+	if evict {
 		release := n.gate.closeAll()
 		defer release()
 	}
 	renewals, pings := n.batcher.Drain()
-	return n.apply(ctx, &fsm.Tick{NowMs: n.now(), Renewals: renewals, Pings: pings, NeedSpace: needSpace})
+	return n.apply(ctx, &fsm.Tick{NowMs: n.now(), Renewals: renewals, Pings: pings, Evict: evict})
 }
