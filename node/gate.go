@@ -25,28 +25,20 @@ func newGate() *gate {
 
 // read runs fn for key once no removal of it is in flight.
 func (g *gate) read(ctx context.Context, key string, fn func()) error {
-	for {
-		g.mu.RLock()
-		if g.all == 0 && g.keys[key] == 0 {
-			fn()
-			g.mu.RUnlock()
-			return nil
-		}
-		done := g.done
-		g.mu.RUnlock()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return g.when(ctx, func() bool { return g.all == 0 && g.keys[key] == 0 }, fn)
 }
 
 // readAll runs fn once no removal at all is in flight (reads by regex).
 func (g *gate) readAll(ctx context.Context, fn func()) error {
+	return g.when(ctx, func() bool { return g.all == 0 && len(g.keys) == 0 }, fn)
+}
+
+// when runs fn under the shared lock once open holds, waiting for removals
+// to end meanwhile.
+func (g *gate) when(ctx context.Context, open func() bool, fn func()) error {
 	for {
 		g.mu.RLock()
-		if g.all == 0 && len(g.keys) == 0 {
+		if open() {
 			fn()
 			g.mu.RUnlock()
 			return nil
