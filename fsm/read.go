@@ -126,3 +126,17 @@ func (f *FSM) Params() Params { return f.params }
 // Ring returns the OpLog entries not yet acknowledged as exported, oldest
 // first. The slice is shared: callers must not modify it.
 func (f *FSM) Ring() []oplog.Entry { return f.ring[:len(f.ring):len(f.ring)] }
+
+// ObjectSetDigest hashes the complete objects as an etcd follower knows
+// them — key, size and the key_sequence_id of their PUT_END — so a follower
+// can prove it holds the leader's object set (oplog.ObjectSetHasher).
+func (f *FSM) ObjectSetDigest() [32]byte {
+	h := oplog.NewObjectSetHasher()
+	f.objects.Ascend(func(it objItem) bool {
+		if it.obj.complete() {
+			h.Add(it.key, it.obj.size, it.obj.keySeq)
+		}
+		return true
+	})
+	return h.Sum()
+}
