@@ -9,7 +9,8 @@ FUZZ_TARGETS := \
 	./fsm:FuzzRestore \
 	./snapshots:FuzzReader \
 	./oplog:FuzzDecode \
-	./oplog:FuzzDecodePutEndPayload
+	./oplog:FuzzDecodePutEndPayload \
+	./oplog:FuzzFollowerApply
 
 .PHONY: all build run test unit fuzz lint bench cover clean proto
 

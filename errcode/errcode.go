@@ -40,6 +40,7 @@ const (
 	OplogEntryNotFound         Code = -1004
 	IncompleteOplogCatchUp     Code = -1007
 	UnavailableInCurrentStatus Code = -1010
+	UnavailableInCurrentMode   Code = -1011
 	FileNotFound               Code = -1100
 	FileOpenFail               Code = -1101
 	FileReadFail               Code = -1102
@@ -78,6 +79,7 @@ var names = map[Code]string{
 	OplogEntryNotFound:         "OPLOG_ENTRY_NOT_FOUND",
 	IncompleteOplogCatchUp:     "INCOMPLETE_OPLOG_CATCH_UP",
 	UnavailableInCurrentStatus: "UNAVAILABLE_IN_CURRENT_STATUS",
+	UnavailableInCurrentMode:   "UNAVAILABLE_IN_CURRENT_MODE",
 	FileNotFound:               "FILE_NOT_FOUND",
 	FileOpenFail:               "FILE_OPEN_FAIL",
 	FileReadFail:               "FILE_READ_FAIL",

@@ -498,3 +498,29 @@ func TestCommandRoundTrip(t *testing.T) {
 	}
 	assert.Equal(t, "type(99)", CmdType(99).String())
 }
+
+func TestRingAfterAndLease(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 1000)
+	for _, k := range []string{"a", "b", "c", "d"} {
+		x.put(k, "c1", 10)
+	}
+	x.ok(&Exported{Seq: 1})
+	seqs := func(es []oplog.Entry) []uint64 {
+		var out []uint64
+		for _, e := range es {
+			out = append(out, e.SequenceID)
+		}
+		return out
+	}
+	assert.Equal(t, []uint64{2, 3, 4}, seqs(x.f.RingAfter(0, 10)), "trimmed entries are gone")
+	assert.Equal(t, []uint64{3, 4}, seqs(x.f.RingAfter(2, 10)))
+	assert.Equal(t, []uint64{3}, seqs(x.f.RingAfter(2, 1)))
+	assert.Empty(t, x.f.RingAfter(4, 10))
+	l, sp, ok := x.f.Lease("a")
+	assert.True(t, ok)
+	assert.Equal(t, x.now, l)
+	assert.Zero(t, sp)
+	_, _, ok = x.f.Lease("nope")
+	assert.False(t, ok)
+}

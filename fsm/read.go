@@ -140,3 +140,44 @@ func (f *FSM) ObjectSetDigest() [32]byte {
 	})
 	return h.Sum()
 }
+
+// Lease returns key's read-lease and soft-pin deadlines (soft pin 0 when the
+// object is not soft-pinned), for the lease_renewals/ export.
+func (f *FSM) Lease(key string) (leaseMs, softPinMs int64, ok bool) {
+	o, ok := f.getObject(key)
+	if !ok {
+		return 0, 0, false
+	}
+	if o.softPin {
+		softPinMs = o.softPinMs
+	}
+	return f.effectiveLease(o), softPinMs, true
+}
+
+// RingAfter returns up to max ring entries with seq > after, oldest first;
+// the slice is shared and must not be modified.
+func (f *FSM) RingAfter(after uint64, max int) []oplog.Entry {
+	r := f.ring
+	if len(r) == 0 || after >= r[len(r)-1].SequenceID {
+		return nil
+	}
+	if first := r[0].SequenceID; after >= first {
+		r = r[after-first+1:]
+	}
+	if len(r) > max {
+		r = r[:max]
+	}
+	return r[:len(r):len(r)]
+}
+
+// EachComplete calls fn for every complete object in key order with what an
+// etcd follower knows of it: size, key_sequence_id and the PUT_END payload.
+// It seeds a follower from a snapshot file.
+func (f *FSM) EachComplete(fn func(key string, keySeq uint64, p oplog.PutEndPayload)) {
+	f.objects.Ascend(func(it objItem) bool {
+		if it.obj.complete() {
+			fn(it.key, it.obj.keySeq, oplog.PutEndPayload{Size: it.obj.size, Replicas: it.obj.descriptors()})
+		}
+		return true
+	})
+}

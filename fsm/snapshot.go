@@ -68,6 +68,9 @@ func (f *FSM) Snapshot() *Snapshot {
 	return s
 }
 
+// AppliedSeq is the last OpLog seq the snapshot covers.
+func (s *Snapshot) AppliedSeq() uint64 { return s.meta.appliedSeq }
+
 // Write streams the snapshot into w as a MOONSNAP file. h supplies what the
 // state does not know (Raft index and term, cluster, node, time); the
 // counts and applied seq are filled in here.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
 )
 
@@ -51,6 +52,11 @@ type Config struct {
 	Bootstrap bool   // form a new cluster from Peers if DataDir holds no Raft state
 	Peers     []Peer // identical on every bootstrapping node
 
+	// Etcd is where the leader exports the OpLog; no endpoints: no export.
+	Etcd           etcdbridge.Config
+	ExportRenewals bool   // write lease_renewals/ once a second
+	OplogRetain    uint64 // OpLog entries kept in etcd behind the last snapshot
+
 	Params fsm.Params    // applied cluster-wide when this node becomes leader
 	Tick   time.Duration // how often the leader proposes a Tick
 
@@ -78,6 +84,8 @@ func DefaultConfig() Config {
 		SnapshotInterval:   30 * time.Second,
 		SnapshotThreshold:  16384,
 		SnapshotRetain:     2,
+		ExportRenewals:     true,
+		OplogRetain:        10_000,
 	}
 }
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/moonraft/moonraft/fsm"
@@ -53,6 +54,23 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		case <-time.After(n.cfg.Tick):
 		}
 	}
+	if n.etcd != nil {
+		n.publishMasterView(ctx)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.exportLoop(ctx)
+		}()
+		if n.cfg.ExportRenewals {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n.renewalLoop(ctx)
+			}()
+		}
+	}
 	n.promoted.Store(true)
 	n.log.Info("promotion done, serving")
 	t := time.NewTicker(n.cfg.Tick)
@@ -102,5 +120,6 @@ func (n *Node) tick(ctx context.Context) (fsm.Result, error) {
 		defer release()
 	}
 	renewals, pings := n.batcher.Drain()
+	n.noteRenewed(renewals)
 	return n.apply(ctx, &fsm.Tick{NowMs: n.now(), Renewals: renewals, Pings: pings, Evict: evict})
 }

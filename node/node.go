@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/lease"
 	"google.golang.org/grpc"
@@ -50,6 +51,14 @@ type Node struct {
 
 	grpc *grpc.Server
 	http *http.Server
+
+	// OpLog export (nil etcd: export disabled).
+	etcd        *etcdbridge.Store
+	exportedSeq atomic.Uint64
+	ringCh      chan struct{}     // a command was applied: the ring may have grown
+	snapCh      chan snapshotDone // a snapshot was persisted
+	renewMu     sync.Mutex
+	renewed     map[string]struct{}
 
 	notifyCh chan bool
 	cancel   context.CancelFunc
@@ -88,7 +97,34 @@ func New(cfg Config) (*Node, error) {
 		sm:       newStateMachine(cfg.ClusterID, cfg.ID, cfg.Now),
 		batcher:  lease.NewBatcher(urgentWithin),
 		gate:     newGate(),
+		ringCh:   make(chan struct{}, 1),
+		snapCh:   make(chan snapshotDone, 16),
+		renewed:  map[string]struct{}{},
 		notifyCh: make(chan bool, 16),
+	}
+	n.sm.onApply = func() {
+		select {
+		case n.ringCh <- struct{}{}:
+		default:
+		}
+	}
+	n.sm.onSnapshot = func(s snapshotDone) {
+		select {
+		case n.snapCh <- s:
+		default: // a later snapshot covers more; dropping one only delays cleanup
+		}
+	}
+	if len(cfg.Etcd.Endpoints) > 0 {
+		if cfg.Etcd.ClusterID == "" {
+			n.cfg.Etcd.ClusterID = cfg.ClusterID
+		}
+		store, err := etcdbridge.Open(n.cfg.Etcd)
+		if err != nil {
+			return nil, err
+		}
+		n.etcd = store
+	} else {
+		n.cfg.Params.ExportRingCap = 0 // nothing to export to
 	}
 	if err := n.startRaft(); err != nil {
 		n.closeStores()
@@ -165,6 +201,9 @@ func (n *Node) startRaft() error {
 }
 
 func (n *Node) closeStores() {
+	if n.etcd != nil {
+		_ = n.etcd.Close()
+	}
 	if n.trans != nil {
 		_ = n.trans.Close()
 	}

@@ -31,7 +31,7 @@ func freeAddr(t *testing.T) string {
 // newCluster starts n bootstrapped nodes on loopback with short timeouts.
 // tick is the leader's tick interval (an hour freezes time-driven entries so
 // the log goes quiet and indexes can be compared).
-func newCluster(t *testing.T, n int, tick time.Duration) *cluster {
+func newCluster(t *testing.T, n int, tick time.Duration, opts ...func(*Config)) *cluster {
 	c := &cluster{t: t}
 	var peers []Peer
 	for i := 0; i < n; i++ {
@@ -50,7 +50,9 @@ func newCluster(t *testing.T, n int, tick time.Duration) *cluster {
 		cfg.ElectionTimeout = 200 * time.Millisecond
 		cfg.LeaderLeaseTimeout = 100 * time.Millisecond
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: cfg.ID, Level: hclog.Warn})
-		cfg.Params.ExportRingCap = 0
+		for _, o := range opts {
+			o(&cfg)
+		}
 		c.cfgs = append(c.cfgs, cfg)
 		c.start(i)
 	}

@@ -19,6 +19,9 @@ type stateMachine struct {
 	clusterID string
 	nodeID    string
 	now       func() int64
+	// onApply and onSnapshot tell the node's exporter there is work.
+	onApply    func()
+	onSnapshot func(snapshotDone)
 
 	appliedIndex atomic.Uint64
 	appliedTerm  atomic.Uint64
@@ -38,6 +41,9 @@ func (s *stateMachine) Apply(l *raft.Log) any {
 	}
 	s.appliedIndex.Store(l.Index)
 	s.appliedTerm.Store(l.Term)
+	if s.onApply != nil {
+		s.onApply()
+	}
 	return r
 }
 
@@ -46,9 +52,12 @@ func (s *stateMachine) Apply(l *raft.Log) any {
 func (s *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	snap := s.f.Snapshot()
 	return &fsmSnapshot{
-		snap: s.f.Snapshot(),
+		done: s.onSnapshot,
+		snap: snap,
 		hdr: snapshots.Header{
+			AppliedSeq:    snap.AppliedSeq(),
 			RaftIndex:     s.appliedIndex.Load(),
 			RaftTerm:      s.appliedTerm.Load(),
 			ClusterID:     s.clusterID,
@@ -85,6 +94,7 @@ func (s *stateMachine) read(fn func(f *fsm.FSM)) {
 type fsmSnapshot struct {
 	snap *fsm.Snapshot
 	hdr  snapshots.Header
+	done func(snapshotDone)
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
@@ -92,7 +102,13 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 		_ = sink.Cancel()
 		return err
 	}
-	return sink.Close()
+	if err := sink.Close(); err != nil {
+		return err
+	}
+	if s.done != nil {
+		s.done(snapshotDone{id: sink.ID(), seq: s.hdr.AppliedSeq})
+	}
+	return nil
 }
 
 func (s *fsmSnapshot) Release() {}

@@ -22,11 +22,16 @@ func (n *Node) Status() *moonraftpb.NodeStatus {
 		Term:        n.raft.CurrentTerm(),
 		CommitIndex: n.raft.CommitIndex(),
 		LeaderId:    string(leader),
+		EtcdExport:  n.etcd != nil,
+	}
+	if st.Promoted {
+		st.ExportedSeq = n.exportedSeq.Load()
 	}
 	n.sm.read(func(f *fsm.FSM) {
-		d := f.Digest()
+		d, od := f.Digest(), f.ObjectSetDigest()
 		s := f.Stats()
 		st.Digest = hex.EncodeToString(d[:])
+		st.ObjectSetDigest = hex.EncodeToString(od[:])
 		st.AppliedIndex = n.sm.appliedIndex.Load()
 		st.AppliedSeq = s.AppliedSeq
 		st.LeaderGrpcAddr = s.LeaderAddr

@@ -24,6 +24,9 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == "etcd" {
+		return runEtcd(args[1:])
+	}
 	cfg := node.DefaultConfig()
 	fs := flag.NewFlagSet("moonraft", flag.ContinueOnError)
 	fs.StringVar(&cfg.ID, "id", "", "node id, unique in the cluster (required)")
@@ -46,10 +49,28 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often Raft checks whether to snapshot")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	etcdEndpoints := fs.String("etcd-endpoints", "", "etcd client URLs, comma-separated; the leader exports the OpLog there (empty: no export)")
+	fs.StringVar(&cfg.Etcd.Prefix, "etcd-prefix", "mooncake-store", "prefix of every moonraft key in etcd")
+	fs.IntVar(&cfg.Etcd.MaxTxnOps, "etcd-max-txn-ops", 128, "etcd's --max-txn-ops: an export transaction writes this many operations at most")
+	fs.BoolVar(&cfg.ExportRenewals, "etcd-export-renewals", cfg.ExportRenewals, "write lease renewals to etcd once a second")
+	fs.Uint64Var(&cfg.OplogRetain, "oplog-retain", cfg.OplogRetain, "OpLog entries kept in etcd behind the last snapshot")
+	fs.Uint64Var(&cfg.Params.ExportRingCap, "export-ring", cfg.Params.ExportRingCap, "OpLog entries held while etcd is unreachable before writes are refused")
+	etcdCert := fs.String("etcd-cert", "", "client certificate for etcd (PEM)")
+	etcdKey := fs.String("etcd-key", "", "client key for etcd (PEM)")
+	etcdCA := fs.String("etcd-ca", "", "CA that signed etcd's server certificate (PEM)")
+	dev := fs.Bool("dev", false, "one-node cluster with an embedded etcd in a temporary directory, for trying moonraft out")
+	followEtcd := fs.Bool("follow-etcd", false, "run a read-only observer that follows the OpLog in etcd instead of a Raft node")
+	followSnapshot := fs.String("snapshot", "", "with --follow-etcd: start from this snapshot file instead of seq 1")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var err error
+	cfg.Etcd.Endpoints = splitList(*etcdEndpoints)
+	cfg.Etcd.ClusterID = cfg.ClusterID
+	tlsCfg, err := etcdTLS(*etcdCert, *etcdKey, *etcdCA)
+	if err != nil {
+		return err
+	}
+	cfg.Etcd.TLS = tlsCfg
 	if cfg.Peers, err = node.ParsePeers(*peers); err != nil {
 		return err
 	}
@@ -58,7 +79,6 @@ func run(args []string) error {
 	cfg.Params.ClientTTLMs = clientTTL.Milliseconds()
 	cfg.Params.HighWatermarkPPM = uint64(*highWatermark*1e6 + 0.5)
 	cfg.Params.EvictionRatioPPM = uint64(*evictionRatio*1e6 + 0.5)
-	cfg.Params.ExportRingCap = 0 // no etcd configured: nothing to export to
 	if cfg.LeaderLeaseTimeout > cfg.HeartbeatTimeout {
 		cfg.LeaderLeaseTimeout = cfg.HeartbeatTimeout
 	}
@@ -66,6 +86,16 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if *followEtcd {
+		return follow(ctx, cfg, *followSnapshot)
+	}
+	if *dev {
+		cleanup, err := devMode(&cfg)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+	}
 	n, err := node.Start(ctx, cfg)
 	if err != nil {
 		return err

@@ -1,0 +1,184 @@
+package etcdbridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/oplog"
+)
+
+func TestPutRenewals(t *testing.T) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	n := 2*s.Config().MaxTxnOps + 7
+	var rs []oplog.Renewal
+	for i := range n {
+		rs = append(rs, oplog.Renewal{Key: fmt.Sprintf("obj/%d", i), LeaseTimeoutMs: int64(1000 + i), SoftPinTimeoutMs: int64(i), TimestampMs: 42})
+	}
+	// A key twice keeps its last renewal (and does not break the txn).
+	rs = append(rs, oplog.Renewal{Key: "obj/0", LeaseTimeoutMs: 99, TimestampMs: 43})
+	require.NoError(t, s.PutRenewals(ctx, rs))
+	require.NoError(t, s.PutRenewals(ctx, nil))
+	requireCode(t, s.PutRenewals(ctx, []oplog.Renewal{{}}), errcode.InvalidParams)
+
+	got, rev, err := s.ReadRenewals(ctx)
+	require.NoError(t, err)
+	require.Positive(t, rev)
+	require.Len(t, got, n)
+	want := append([]oplog.Renewal{rs[n]}, rs[1:n]...)
+	require.ElementsMatch(t, want, got)
+
+	resp, err := s.Client().Get(ctx, s.RenewalKey("obj/7"))
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	r, err := oplog.DecodeRenewal(resp.Kvs[0].Value)
+	require.NoError(t, err)
+	require.Equal(t, rs[7], r)
+	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
+	require.NotZero(t, lease)
+	ttl, err := s.Client().TimeToLive(ctx, lease, clientv3.WithAttachedKeys())
+	require.NoError(t, err)
+	require.Equal(t, int64(60), ttl.GrantedTTL)
+	require.InDelta(t, 60, ttl.TTL, 5)
+	require.Len(t, ttl.Keys, n, "every key of the flush is on one lease")
+}
+
+func TestMasterView(t *testing.T) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	_, ok, err := s.MasterView(ctx)
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	v2 := MasterView{LeaderID: "n2", GRPCAddr: "10.0.0.2:50051", RaftAddr: "10.0.0.2:7000", Term: 2}
+	require.NoError(t, s.PublishMasterView(ctx, v2))
+	require.NoError(t, s.PublishMasterView(ctx, v2), "republishing the same view is a no-op")
+
+	err = s.PublishMasterView(ctx, MasterView{LeaderID: "n1", Term: 1})
+	requireCode(t, err, errcode.EtcdTransactionFail)
+	require.Contains(t, err.Error(), "term 2 already published by n2")
+	var st *StaleTermError
+	require.ErrorAs(t, err, &st)
+	require.Equal(t, v2, st.Stored)
+	requireCode(t, s.PublishMasterView(ctx, MasterView{LeaderID: "n3", Term: 2}), errcode.EtcdTransactionFail)
+
+	v3 := MasterView{LeaderID: "n3", GRPCAddr: "g3", RaftAddr: "r3", Term: 3}
+	require.NoError(t, s.PublishMasterView(ctx, v3))
+	got, ok, err := s.MasterView(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, v3, got)
+
+	resp, err := s.Client().Get(ctx, s.Config().Prefix+"/mooncake_cluster/master_view")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"leader_id":"n3","grpc_addr":"g3","raft_addr":"r3","term":3}`, string(resp.Kvs[0].Value))
+
+	requireCode(t, s.PublishMasterView(ctx, MasterView{Term: 9}), errcode.InvalidParams)
+
+	// Publishers racing with terms 4..19 leave the highest term.
+	var wg sync.WaitGroup
+	for term := uint64(4); term < 20; term++ {
+		wg.Go(func() {
+			err := s.PublishMasterView(ctx, MasterView{LeaderID: fmt.Sprintf("n%d", term), Term: term})
+			var st *StaleTermError
+			if err != nil && !errors.As(err, &st) {
+				t.Errorf("term %d: %v", term, err)
+			}
+		})
+	}
+	wg.Wait()
+	got, _, err = s.MasterView(ctx)
+	require.NoError(t, err)
+	require.Equal(t, MasterView{LeaderID: "n19", Term: 19}, got)
+}
+
+func TestBadDataInEtcd(t *testing.T) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	put := func(k, v string) {
+		_, err := s.Client().Put(ctx, k, v)
+		require.NoError(t, err)
+	}
+	requireNamed := func(err error, key string) {
+		t.Helper()
+		requireCode(t, err, errcode.InvalidParams)
+		require.Contains(t, err.Error(), key)
+	}
+
+	put(s.LatestKey(), "abc")
+	_, err := s.Latest(ctx)
+	requireNamed(err, s.LatestKey())
+	requireNamed(s.UpdateLatestSequenceId(ctx, 5), s.LatestKey())
+	requireNamed(s.WriteOpLogBatch(ctx, 0, entries(1, 1, "b")), s.LatestKey())
+	put(s.LatestKey(), "99999999999999999999999")
+	_, err = s.Latest(ctx)
+	requireNamed(err, s.LatestKey())
+	put(s.LatestKey(), "007")
+	n, err := s.Latest(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), n)
+	requireNamed(s.WriteOpLogBatch(ctx, 7, entries(8, 1, "b")), s.LatestKey())
+
+	bad := s.oplogDir + "12"
+	put(bad, "{}")
+	_, _, err = s.ReadOpLogSince(ctx, 0, 0)
+	requireNamed(err, bad)
+	_, err = s.GetMinSequenceId(ctx)
+	requireNamed(err, bad)
+
+	put(s.SnapshotKey("x"), "-1")
+	_, _, err = s.SnapshotSequenceId(ctx, "x")
+	requireNamed(err, s.SnapshotKey("x"))
+
+	put(s.RenewalKey("k"), "not json")
+	_, _, err = s.ReadRenewals(ctx)
+	requireNamed(err, s.RenewalKey("k"))
+
+	put(s.MasterViewKey(), `{"term":"x"}`)
+	_, _, err = s.MasterView(ctx)
+	requireNamed(err, s.MasterViewKey())
+	requireNamed(s.PublishMasterView(ctx, MasterView{LeaderID: "a", Term: 1}), s.MasterViewKey())
+}
+
+func TestContextRespected(t *testing.T) {
+	s := newStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Latest(ctx)
+	requireCode(t, err, errcode.EtcdOperationError)
+	require.ErrorIs(t, err, context.Canceled)
+	requireCode(t, s.WriteOpLogBatch(ctx, 0, entries(1, 1, "c")), errcode.EtcdOperationError)
+	requireCode(t, s.PublishMasterView(ctx, MasterView{LeaderID: "a", Term: 1}), errcode.EtcdOperationError)
+	requireCode(t, s.PutRenewals(ctx, []oplog.Renewal{{Key: "a"}}), errcode.EtcdOperationError)
+}
+
+func TestOpen(t *testing.T) {
+	prefix := fmt.Sprintf("test/open/%d", prefixSeq.Add(1))
+	s, err := Open(Config{Endpoints: testEtcd.Endpoints(), Prefix: prefix + "/"})
+	require.NoError(t, err)
+	ctx := testCtx(t)
+	require.NoError(t, s.WriteOpLog(ctx, entries(1, 1, "o")[0]))
+	require.Equal(t, prefix+"/oplog/mooncake_cluster/latest", s.LatestKey())
+	require.NoError(t, s.Close())
+
+	_, err = Open(Config{})
+	requireCode(t, err, errcode.InvalidParams)
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	url, err := FreeLocalURL() // nothing listens there
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = Open(Config{Endpoints: []string{url}, DialTimeout: time.Second})
+	requireCode(t, err, errcode.EtcdOperationError)
+	require.Contains(t, err.Error(), url)
+	require.Less(t, time.Since(start), 10*time.Second)
+}

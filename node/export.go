@@ -1,0 +1,182 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/lease"
+	"github.com/moonraft/moonraft/oplog"
+)
+
+// snapshotDone reports a persisted Raft snapshot and the OpLog seq it covers.
+type snapshotDone struct {
+	id  string
+	seq uint64
+}
+
+// publishMasterView is promotion step 3: announce this leader in etcd,
+// fenced by term so a deposed leader cannot overwrite a newer one.
+func (n *Node) publishMasterView(ctx context.Context) {
+	v := etcdbridge.MasterView{LeaderID: n.cfg.ID, GRPCAddr: n.cfg.GRPCAddr, RaftAddr: string(n.trans.LocalAddr()), Term: n.raft.CurrentTerm()}
+	if err := n.etcd.PublishMasterView(ctx, v); err != nil {
+		n.log.Warn("master_view not published", "term", v.Term, "error", err)
+	}
+}
+
+// exportLoop is promotion step 4 and then the steady state: the export ring
+// goes to etcd in order, as many entries per transaction as are waiting (up
+// to the batch limit: group commit under load, one round trip when idle),
+// each transaction fenced on the previous latest. After each write the
+// leader proposes Exported so every node trims its ring.
+func (n *Node) exportLoop(ctx context.Context) {
+	var (
+		latest  uint64
+		known   bool
+		backoff = newBackoff(50*time.Millisecond, 2*time.Second)
+		pending []snapshotDone
+	)
+	for ctx.Err() == nil {
+		if !known {
+			l, err := n.etcd.Latest(ctx)
+			if err != nil {
+				n.log.Warn("etcd unreachable, export waits", "error", err)
+				backoff.wait(ctx)
+				continue
+			}
+			latest, known = l, true
+			n.exportedSeq.Store(latest)
+		}
+		var batch []oplog.Entry
+		n.sm.read(func(f *fsm.FSM) { batch = f.RingAfter(latest, n.etcd.MaxBatch()) })
+		batch = batch[:n.etcd.FitBatch(batch)] // within etcd's request size too
+		if len(batch) > 0 && batch[0].SequenceID != latest+1 {
+			n.log.Error("etcd is missing OpLog entries this node no longer holds; was etcd reset?",
+				"etcd_latest", latest, "ring_first", batch[0].SequenceID)
+			known = false
+			backoff.wait(ctx)
+			continue
+		}
+		if len(batch) > 0 {
+			err := n.etcd.WriteOpLogBatch(ctx, latest, batch)
+			var fenced *etcdbridge.FencedError
+			switch {
+			case errors.As(err, &fenced):
+				// Another writer (a deposed leader, or our own write whose
+				// answer was lost) got there: entries are deterministic, so
+				// whatever it wrote is what we would have written.
+				latest = fenced.Latest
+				continue
+			case err != nil:
+				n.log.Warn("OpLog export failed, retrying", "from_seq", latest+1, "error", err)
+				backoff.wait(ctx)
+				continue
+			}
+			backoff.reset()
+			latest = batch[len(batch)-1].SequenceID
+			n.exportedSeq.Store(latest)
+			// Asynchronous: a later Exported supersedes a lost one.
+			n.raft.Apply(fsm.Encode(&fsm.Exported{Seq: latest}), 0)
+		}
+		pending = n.cleanup(ctx, latest, pending)
+		if len(batch) > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-n.ringCh:
+		case s := <-n.snapCh:
+			pending = append(pending, s)
+		}
+	}
+}
+
+// cleanup records every persisted snapshot whose seq etcd already holds and
+// deletes the OpLog before seq − OplogRetain, bounding etcd's size while a
+// lagging watcher can still resume. It returns the snapshots still waiting.
+func (n *Node) cleanup(ctx context.Context, latest uint64, pending []snapshotDone) []snapshotDone {
+	var rest []snapshotDone
+	for _, s := range pending {
+		if s.seq > latest {
+			rest = append(rest, s)
+			continue
+		}
+		if err := n.etcd.RecordSnapshotSequenceId(ctx, s.id, s.seq); err != nil {
+			n.log.Warn("snapshot sequence id not recorded", "snapshot", s.id, "error", err)
+			rest = append(rest, s)
+			continue
+		}
+		if s.seq > n.cfg.OplogRetain {
+			deleted, err := n.etcd.CleanupOpLogBefore(ctx, s.seq-n.cfg.OplogRetain)
+			if err != nil {
+				n.log.Warn("OpLog cleanup failed", "before", s.seq-n.cfg.OplogRetain, "error", err)
+				continue
+			}
+			n.log.Info("OpLog cleaned up", "snapshot", s.id, "snapshot_seq", s.seq, "deleted", deleted)
+		}
+	}
+	return rest
+}
+
+// renewalLoop writes the lease renewals of the last second to
+// lease_renewals/ (seed 000) for etcd watchers; Raft already carries them
+// to the standbys, so a failed write is only logged.
+func (n *Node) renewalLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.renewMu.Lock()
+		keys := n.renewed
+		n.renewed = map[string]struct{}{}
+		n.renewMu.Unlock()
+		if len(keys) == 0 {
+			continue
+		}
+		now := n.now()
+		rs := make([]oplog.Renewal, 0, len(keys))
+		n.sm.read(func(f *fsm.FSM) {
+			for k := range keys {
+				if l, sp, ok := f.Lease(k); ok {
+					rs = append(rs, oplog.Renewal{Key: k, LeaseTimeoutMs: l, SoftPinTimeoutMs: sp, TimestampMs: now})
+				}
+			}
+		})
+		if err := n.etcd.PutRenewals(ctx, rs); err != nil {
+			n.log.Warn("lease renewals not exported", "keys", len(rs), "error", err)
+		}
+	}
+}
+
+// noteRenewed remembers keys renewed by a tick for the next renewal export.
+func (n *Node) noteRenewed(renewals []lease.Renewal) {
+	if n.etcd == nil || !n.cfg.ExportRenewals || len(renewals) == 0 {
+		return
+	}
+	n.renewMu.Lock()
+	for _, r := range renewals {
+		n.renewed[r.Key] = struct{}{}
+	}
+	n.renewMu.Unlock()
+}
+
+// backoff is an exponential wait between retries of an unreachable etcd.
+type backoff struct{ min, max, cur time.Duration }
+
+func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max, cur: min} }
+
+func (b *backoff) reset() { b.cur = b.min }
+
+func (b *backoff) wait(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(b.cur):
+	}
+	b.cur = min(2*b.cur, b.max)
+}

@@ -1,0 +1,180 @@
+package node
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/oplog"
+	"github.com/moonraft/moonraft/transport"
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
+	"google.golang.org/grpc"
+)
+
+// FollowerConfig configures `moonraft --follow-etcd`: a read-only observer
+// outside the Raft group that follows the OpLog in etcd alone.
+type FollowerConfig struct {
+	ID       string
+	GRPCAddr string
+	Etcd     etcdbridge.Config
+	// Snapshot, if set, is a MOONSNAP file to start from instead of seq 1.
+	Snapshot string
+	Logger   hclog.Logger
+}
+
+// EtcdFollower serves GetReplicaList, ExistKey (no lease is granted: it
+// cannot renew anything) and Status from an oplog.Follower.
+type EtcdFollower struct {
+	cfg    FollowerConfig
+	store  *etcdbridge.Store
+	f      *oplog.Follower
+	grpc   *grpc.Server
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	runErr error
+}
+
+var _ transport.Backend = (*EtcdFollower)(nil)
+
+// StartEtcdFollower connects to etcd, seeds from the snapshot if given, and
+// starts following and serving.
+func StartEtcdFollower(cfg FollowerConfig) (*EtcdFollower, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	store, err := etcdbridge.Open(cfg.Etcd)
+	if err != nil {
+		return nil, err
+	}
+	ef := &EtcdFollower{cfg: cfg, store: store,
+		f: oplog.NewFollower(oplog.FollowerConfig{Feed: store, Logger: cfg.Logger.Named("follower")})}
+	if cfg.Snapshot != "" {
+		if err := ef.seed(cfg.Snapshot); err != nil {
+			_ = store.Close()
+			return nil, err
+		}
+	}
+	l, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		_ = store.Close()
+		return nil, errcode.New(errcode.InvalidParams, "grpc address %s: %v", cfg.GRPCAddr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ef.cancel = cancel
+	ef.grpc = transport.NewServer(ef)
+	ef.wg.Add(2)
+	go func() {
+		defer ef.wg.Done()
+		if err := ef.f.Run(ctx); err != nil {
+			cfg.Logger.Error("follower stopped", "error", err)
+			ef.mu.Lock()
+			ef.runErr = err
+			ef.mu.Unlock()
+		}
+	}()
+	go func() {
+		defer ef.wg.Done()
+		if err := ef.grpc.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			cfg.Logger.Error("grpc server stopped", "error", err)
+		}
+	}()
+	return ef, nil
+}
+
+func (ef *EtcdFollower) seed(path string) error {
+	file, err := os.Open(path)
+	if err != nil {
+		return errcode.New(errcode.FileNotFound, "snapshot %s: %v", path, err)
+	}
+	defer file.Close()
+	state := fsm.New()
+	h, err := state.Restore(file)
+	if err != nil {
+		return err
+	}
+	objs := map[string]oplog.ObjectState{}
+	state.EachComplete(func(key string, keySeq uint64, p oplog.PutEndPayload) {
+		objs[key] = oplog.ObjectState{Size: p.Size, KeySeq: keySeq, Payload: p}
+	})
+	return ef.f.Seed(h.AppliedSeq, objs)
+}
+
+// Follower exposes the follower for tests and benchmarks.
+func (ef *EtcdFollower) Follower() *oplog.Follower { return ef.f }
+
+// Err is why following stopped (a bad entry), or nil while it runs.
+func (ef *EtcdFollower) Err() error {
+	ef.mu.Lock()
+	defer ef.mu.Unlock()
+	return ef.runErr
+}
+
+// Close stops following and serving.
+func (ef *EtcdFollower) Close() error {
+	ef.grpc.GracefulStop()
+	ef.cancel()
+	ef.wg.Wait()
+	return ef.store.Close()
+}
+
+func readOnly() error {
+	return errcode.New(errcode.UnavailableInCurrentMode, "this is a read-only etcd follower: send writes and admin requests to the Raft cluster")
+}
+
+func (ef *EtcdFollower) Now() int64         { return time.Now().UnixMilli() }
+func (ef *EtcdFollower) ClientTTLMs() int64 { return 0 }
+
+func (ef *EtcdFollower) Propose(context.Context, fsm.Command) (fsm.Result, error) {
+	return fsm.Result{}, readOnly()
+}
+
+func (ef *EtcdFollower) GetReplicaList(_ context.Context, key string) ([]oplog.ReplicaDesc, fsm.Grant, error) {
+	o, ok := ef.f.Get(key)
+	if !ok {
+		return nil, fsm.Grant{}, errcode.New(errcode.ObjectNotFound, "key %q not found (as of seq %d)", key, ef.f.AppliedSeq())
+	}
+	return o.Payload.Replicas, fsm.Grant{}, nil
+}
+
+func (ef *EtcdFollower) ExistKey(_ context.Context, key string) (bool, fsm.Grant, error) {
+	_, ok := ef.f.Get(key)
+	return ok, fsm.Grant{}, nil
+}
+
+func (ef *EtcdFollower) GetReplicaListByRegex(context.Context, string) ([]fsm.KeyReplicas, error) {
+	return nil, readOnly()
+}
+
+func (ef *EtcdFollower) Ping(context.Context, string) (bool, error) { return false, readOnly() }
+
+func (ef *EtcdFollower) Status() *moonraftpb.NodeStatus {
+	d := ef.f.ObjectSetDigest()
+	return &moonraftpb.NodeStatus{
+		Id:              ef.cfg.ID,
+		GrpcAddr:        ef.cfg.GRPCAddr,
+		Role:            "etcd-follower",
+		AppliedSeq:      ef.f.AppliedSeq(),
+		Objects:         uint64(ef.f.Len()),
+		ObjectSetDigest: hex.EncodeToString(d[:]),
+		EtcdExport:      true,
+	}
+}
+
+func (ef *EtcdFollower) Members(context.Context) ([]*moonraftpb.Member, error) {
+	return nil, readOnly()
+}
+func (ef *EtcdFollower) AddVoter(context.Context, string, string) error   { return readOnly() }
+func (ef *EtcdFollower) RemoveServer(context.Context, string) error       { return readOnly() }
+func (ef *EtcdFollower) TransferLeadership(context.Context, string) error { return readOnly() }
+func (ef *EtcdFollower) SnapshotSave(context.Context, io.Writer) error    { return readOnly() }
+func (ef *EtcdFollower) SnapshotRestore(context.Context, io.Reader) error { return readOnly() }
