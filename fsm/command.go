@@ -24,6 +24,7 @@ const (
 	CmdTick            CmdType = 10
 	CmdPromote         CmdType = 11
 	CmdExported        CmdType = 12
+	CmdBatch           CmdType = 13
 
 	// IgnoreUnknownFlag marks a command an older node may skip if it does
 	// not know the type (Consul's pattern, for rolling upgrades): a newer
@@ -142,6 +143,24 @@ type Exported struct {
 	Seq uint64
 }
 
+// Batch carries client writes (PutStart, PutEnd, PutRevoke) applied in
+// order in one log entry, each with its own result: one Raft round trip for
+// a whole batch RPC.
+type Batch struct {
+	Cmds []Command
+}
+
+// Batchable reports whether c may go in a Batch: the puts only. Removals
+// need the leader's lease flush first, and nothing time-driven belongs in a
+// client batch.
+func Batchable(c Command) bool {
+	switch c.(type) {
+	case *PutStart, *PutEnd, *PutRevoke:
+		return true
+	}
+	return false
+}
+
 func (*MountSegment) Type() CmdType    { return CmdMountSegment }
 func (*UnmountSegment) Type() CmdType  { return CmdUnmountSegment }
 func (*RemountSegments) Type() CmdType { return CmdRemountSegments }
@@ -154,6 +173,7 @@ func (*RemoveAll) Type() CmdType       { return CmdRemoveAll }
 func (*Tick) Type() CmdType            { return CmdTick }
 func (*Promote) Type() CmdType         { return CmdPromote }
 func (*Exported) Type() CmdType        { return CmdExported }
+func (*Batch) Type() CmdType           { return CmdBatch }
 
 func (s *SegmentSpec) encode(e *enc) {
 	e.str(s.ID)
@@ -316,6 +336,32 @@ func (c *Promote) decode(d *dec) {
 func (c *Exported) encode(e *enc) { e.u64(c.Seq) }
 func (c *Exported) decode(d *dec) { c.Seq = d.u64() }
 
+func (c *Batch) encode(e *enc) {
+	e.u64(uint64(len(c.Cmds)))
+	for _, cmd := range c.Cmds {
+		e.str(string(Encode(cmd)))
+	}
+}
+
+func (c *Batch) decode(d *dec) {
+	c.Cmds = make([]Command, d.count(2))
+	for i := range c.Cmds {
+		b := []byte(d.str())
+		if d.err != nil {
+			return
+		}
+		cmd, err := Decode(b)
+		if err == nil && (cmd == nil || !Batchable(cmd)) {
+			err = errcode.New(errcode.InvalidParams, "a batch holds only PutStart, PutEnd and PutRevoke (item %d)", i)
+		}
+		if err != nil {
+			d.fail("item %d: %v", i, err)
+			return
+		}
+		c.Cmds[i] = cmd
+	}
+}
+
 // newCommand returns an empty command of type t, or nil for a type this
 // build does not know.
 func newCommand(t CmdType) Command {
@@ -344,6 +390,8 @@ func newCommand(t CmdType) Command {
 		return &Promote{}
 	case CmdExported:
 		return &Exported{}
+	case CmdBatch:
+		return &Batch{}
 	}
 	return nil
 }
@@ -392,6 +440,7 @@ var cmdNames = [...]string{
 	CmdTick:            "Tick",
 	CmdPromote:         "Promote",
 	CmdExported:        "Exported",
+	CmdBatch:           "Batch",
 }
 
 func (t CmdType) String() string {

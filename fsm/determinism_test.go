@@ -84,7 +84,7 @@ func TestDeterminism(t *testing.T) {
 		}
 	}
 	for _, typ := range []CmdType{CmdMountSegment, CmdUnmountSegment, CmdRemountSegments, CmdPutStart, CmdPutEnd,
-		CmdPutRevoke, CmdRemove, CmdRemoveByRegex, CmdRemoveAll, CmdTick, CmdPromote, CmdExported} {
+		CmdPutRevoke, CmdRemove, CmdRemoveByRegex, CmdRemoveAll, CmdTick, CmdPromote, CmdExported, CmdBatch} {
 		o := seen[typ]
 		require.NotNil(t, o, "%v never generated", typ)
 		require.Positive(t, o.ok, "%v never succeeded", typ)

@@ -142,6 +142,7 @@ type Result struct {
 	Replicas []oplog.ReplicaDesc // PutStart: where to write
 	Removed  uint64              // objects removed by Remove*, Unmount and Tick
 	Evicted  uint64              // Tick: objects evicted
+	Batch    []Result            // Batch: one result per command
 }
 
 // Code is the Mooncake code of the result (OK on success).
@@ -192,8 +193,23 @@ func (f *FSM) ApplyCommand(c Command) Result {
 		return f.promote(c)
 	case *Exported:
 		return f.exported(c)
+	case *Batch:
+		return f.batch(c)
 	}
 	return failed(errcode.InvalidParams, "command of type %T is not applicable", c)
+}
+
+// batch applies each command as if it were its own log entry.
+func (f *FSM) batch(c *Batch) Result {
+	out := make([]Result, len(c.Cmds))
+	for i, cmd := range c.Cmds {
+		if !Batchable(cmd) {
+			out[i] = failed(errcode.InvalidParams, "%T cannot be batched", cmd)
+			continue
+		}
+		out[i] = f.ApplyCommand(cmd)
+	}
+	return Result{Batch: out}
 }
 
 // advance moves command time forward; it never goes back, so a leader with

@@ -524,3 +524,40 @@ func TestRingAfterAndLease(t *testing.T) {
 	_, _, ok = x.f.Lease("nope")
 	assert.False(t, ok)
 }
+
+func TestBatch(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 1000)
+	b := &Batch{Cmds: []Command{
+		&PutStart{NowMs: x.now, Key: "a", SliceLengths: []uint64{10}, ReplicaNum: 1, ClientID: "c1"},
+		&PutStart{NowMs: x.now, Key: "a", SliceLengths: []uint64{10}, ReplicaNum: 1, ClientID: "c1"},
+		&PutEnd{NowMs: x.now, Key: "a", ClientID: "c1"},
+		&PutRevoke{NowMs: x.now, Key: "nope", ClientID: "c1"},
+	}}
+	got, err := Decode(Encode(b))
+	require.NoError(t, err)
+	require.Equal(t, b, got)
+	r := x.ok(b)
+	require.Len(t, r.Batch, 4)
+	assert.NoError(t, r.Batch[0].Err)
+	assert.Len(t, r.Batch[0].Replicas, 1)
+	assert.Equal(t, errcode.ObjectAlreadyExists, r.Batch[1].Code(), "items apply in order")
+	assert.NoError(t, r.Batch[2].Err)
+	assert.Equal(t, errcode.ObjectNotFound, r.Batch[3].Code())
+	assert.Len(t, x.f.ring, 1)
+
+	// Only puts may be batched: the decoder refuses anything else, and so
+	// does Apply if handed one directly.
+	bad := Encode(&Batch{Cmds: []Command{&RemoveAll{Force: true}}})
+	assert.Equal(t, errcode.InvalidParams, x.apply(&rawEntry{bad}).Code())
+	r = x.f.ApplyCommand(&Batch{Cmds: []Command{&RemoveAll{Force: true}}})
+	assert.Equal(t, errcode.InvalidParams, r.Batch[0].Code())
+	assert.True(t, x.exists("a"))
+}
+
+// rawEntry lets a test apply hand-made log bytes through h.apply.
+type rawEntry struct{ b []byte }
+
+func (r *rawEntry) Type() CmdType { return CmdType(r.b[0]) }
+func (r *rawEntry) encode(e *enc) { e.b = append(e.b[:0], r.b...) }
+func (r *rawEntry) decode(*dec)   {}

@@ -111,6 +111,12 @@ func (g *gen) next(f *FSM) Command {
 		return &RemoveByRegex{NowMs: now, Regex: fmt.Sprintf("^p%d/k1", g.r.IntN(4)), Force: g.r.IntN(2) == 0}
 	case op < 68:
 		return &RemoveAll{NowMs: now, Force: g.r.IntN(2) == 0}
+	case op < 71:
+		key, client := g.key(), g.client()
+		return &Batch{Cmds: []Command{
+			&PutStart{NowMs: now, Key: key, SliceLengths: []uint64{uint64(1 + g.r.IntN(4096))}, ReplicaNum: 1, ClientID: client},
+			&PutEnd{NowMs: now, Key: key, ClientID: client},
+		}}
 	case op < 92:
 		t := &Tick{NowMs: now, Evict: f.EvictionDue() || g.r.IntN(8) == 0}
 		for i := g.r.IntN(20); i > 0; i-- {

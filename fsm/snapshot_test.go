@@ -169,8 +169,10 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 			f := good()
 			x := &h{t: t, f: f, now: f.nowMs}
 			x.mount("y", "ys", 0, 1000)
-			x.put("y/a", "y", 10)
-			x.put("y/b", "y", 10)
+			for _, k := range []string{"y/a", "y/b"} { // both on ys
+				x.ok(&PutStart{NowMs: x.now, Key: k, SliceLengths: []uint64{10}, ReplicaNum: 1, PreferredSegment: "name-ys", ClientID: "y"})
+				x.ok(&PutEnd{NowMs: x.now, Key: k, ClientID: "y"})
+			}
 			a, _ := f.getObject("y/a")
 			b, _ := f.getObject("y/b")
 			b.replicas[0].buffers[0].offset = a.replicas[0].buffers[0].offset + 5

@@ -138,6 +138,10 @@ func (ef *EtcdFollower) Propose(context.Context, fsm.Command) (fsm.Result, error
 	return fsm.Result{}, readOnly()
 }
 
+func (ef *EtcdFollower) ProposeBatch(context.Context, []fsm.Command) ([]fsm.Result, error) {
+	return nil, readOnly()
+}
+
 func (ef *EtcdFollower) GetReplicaList(_ context.Context, key string) ([]oplog.ReplicaDesc, fsm.Grant, error) {
 	o, ok := ef.f.Get(key)
 	if !ok {

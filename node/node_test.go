@@ -337,3 +337,30 @@ func TestConfigValidation(t *testing.T) {
 		assert.Equal(t, errcode.InvalidParams, errcode.Of(err), bad)
 	}
 }
+
+func TestProposeBatch(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	nd := c.nodes[l]
+	mountSegments(t, nd)
+	now := time.Now().UnixMilli()
+	var cmds []fsm.Command
+	for i := 0; i < 50; i++ {
+		key := fmt.Sprintf("b%d", i)
+		cmds = append(cmds, &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{64}, ReplicaNum: 1, ClientID: "c1"},
+			&fsm.PutEnd{NowMs: now, Key: key, ClientID: "c1"})
+	}
+	before := nd.Status().AppliedIndex
+	rs, err := nd.ProposeBatch(ctx(t), cmds)
+	require.NoError(t, err)
+	require.Len(t, rs, 100)
+	for _, r := range rs {
+		require.NoError(t, r.Err)
+	}
+	assert.Equal(t, before+1, nd.Status().AppliedIndex, "one log entry for the whole batch")
+	c.converged()
+	_, err = nd.ProposeBatch(ctx(t), []fsm.Command{&fsm.RemoveAll{Force: true}})
+	assert.Equal(t, errcode.InvalidParams, errcode.Of(err), "removals are not batched: they need the lease flush")
+	_, err = c.nodes[(l+1)%3].ProposeBatch(ctx(t), cmds[:1])
+	assert.Equal(t, errcode.NotLeader, errcode.Of(err))
+}

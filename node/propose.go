@@ -51,6 +51,29 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	return r, err
 }
 
+// ProposeBatch replicates puts as one log entry (one Raft round trip for a
+// whole batch RPC), applied in order with a result each.
+func (n *Node) ProposeBatch(ctx context.Context, cmds []fsm.Command) ([]fsm.Result, error) {
+	if !n.IsLeader() {
+		return nil, n.notLeader()
+	}
+	for i, c := range cmds {
+		if !fsm.Batchable(c) {
+			return nil, errcode.New(errcode.InvalidParams, "batch item %d: %T cannot be batched", i, c)
+		}
+	}
+	r, err := n.apply(ctx, &fsm.Batch{Cmds: cmds})
+	if err != nil {
+		return nil, err
+	}
+	for _, br := range r.Batch {
+		if br.Code() == errcode.NoAvailableHandle {
+			n.needSpace.Store(true)
+		}
+	}
+	return r.Batch, nil
+}
+
 // apply proposes cmd through Raft and waits for it to be applied here.
 func (n *Node) apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	timeout := 10 * time.Second

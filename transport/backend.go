@@ -17,6 +17,9 @@ type Backend interface {
 	Now() int64
 	// Propose replicates a write on the promoted leader.
 	Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
+	// ProposeBatch replicates puts (fsm.Batchable) as one entry, applied in
+	// order; one result per command.
+	ProposeBatch(ctx context.Context, cmds []fsm.Command) ([]fsm.Result, error)
 	// Linearizable reads on the leader; those that find an object grant a lease.
 	GetReplicaList(ctx context.Context, key string) ([]oplog.ReplicaDesc, fsm.Grant, error)
 	ExistKey(ctx context.Context, key string) (bool, fsm.Grant, error)

@@ -50,6 +50,11 @@ func (b *testBackend) refuse() error {
 
 func (b *testBackend) Now() int64 { return time.Now().UnixMilli() }
 
+func (b *testBackend) ProposeBatch(ctx context.Context, cmds []fsm.Command) ([]fsm.Result, error) {
+	r, err := b.Propose(ctx, &fsm.Batch{Cmds: cmds})
+	return r.Batch, err
+}
+
 func (b *testBackend) Propose(_ context.Context, cmd fsm.Command) (fsm.Result, error) {
 	if err := b.refuse(); err != nil {
 		return fsm.Result{}, err

@@ -124,8 +124,13 @@ func (s *server) PutStart(ctx context.Context, req *moonraftpb.PutStartRequest) 
 }
 
 func (s *server) putStart(ctx context.Context, req *moonraftpb.PutStartRequest) *moonraftpb.PutStartResponse {
+	r, st := s.propose(ctx, s.putStartCmd(req))
+	return &moonraftpb.PutStartResponse{Status: st, Replicas: replicasToPB(r.Replicas)}
+}
+
+func (s *server) putStartCmd(req *moonraftpb.PutStartRequest) *fsm.PutStart {
 	cfg := req.GetConfig() // nil leaves replica_num 0, which the FSM refuses
-	r, st := s.propose(ctx, &fsm.PutStart{
+	return &fsm.PutStart{
 		NowMs:            s.b.Now(),
 		Key:              req.GetKey(),
 		SliceLengths:     req.GetSliceLengths(),
@@ -133,8 +138,7 @@ func (s *server) putStart(ctx context.Context, req *moonraftpb.PutStartRequest) 
 		SoftPin:          cfg.GetWithSoftPin(),
 		PreferredSegment: cfg.GetPreferredSegment(),
 		ClientID:         req.GetClientId(),
-	})
-	return &moonraftpb.PutStartResponse{Status: st, Replicas: replicasToPB(r.Replicas)}
+	}
 }
 
 func (s *server) PutEnd(ctx context.Context, req *moonraftpb.PutEndRequest) (*moonraftpb.PutEndResponse, error) {
@@ -147,47 +151,63 @@ func (s *server) PutRevoke(ctx context.Context, req *moonraftpb.PutRevokeRequest
 	return &moonraftpb.PutRevokeResponse{Status: st}, nil
 }
 
+// proposeBatch replicates a batch RPC's writes as one log entry, applied in
+// request order (two items of one key meet the FSM as the client gave
+// them). It returns the top-level status and, when that is OK, the results.
+func (s *server) proposeBatch(ctx context.Context, cmds []fsm.Command) (*moonraftpb.Status, []fsm.Result) {
+	if len(cmds) > MaxBatch {
+		return statusOf(errcode.New(errcode.InvalidParams, "batch of %d items, the limit is %d", len(cmds), MaxBatch)), nil
+	}
+	if len(cmds) == 0 {
+		return statusOf(nil), nil
+	}
+	rs, err := s.b.ProposeBatch(ctx, cmds)
+	if err != nil {
+		return writeStatusOf(err), nil
+	}
+	return statusOf(nil), rs
+}
+
 func (s *server) BatchPutStart(ctx context.Context, req *moonraftpb.BatchPutStartRequest) (*moonraftpb.BatchPutStartResponse, error) {
 	items := req.GetItems()
-	res := make([]*moonraftpb.PutStartResponse, len(items))
-	// Writes go one by one, in request order: two items of one key must
-	// meet the FSM in the order the client gave them.
-	top := runBatch(len(items), 1, func(i int) *moonraftpb.Status {
-		res[i] = s.putStart(ctx, items[i])
-		return res[i].Status
-	})
-	if !isOK(top) {
-		return &moonraftpb.BatchPutStartResponse{Status: top}, nil
+	cmds := make([]fsm.Command, len(items))
+	for i, it := range items {
+		cmds[i] = s.putStartCmd(it)
 	}
-	return &moonraftpb.BatchPutStartResponse{Status: top, Results: res}, nil
+	top, rs := s.proposeBatch(ctx, cmds)
+	resp := &moonraftpb.BatchPutStartResponse{Status: top}
+	for _, r := range rs {
+		resp.Results = append(resp.Results, &moonraftpb.PutStartResponse{Status: statusOf(r.Err), Replicas: replicasToPB(r.Replicas)})
+	}
+	return resp, nil
 }
 
 func (s *server) BatchPutEnd(ctx context.Context, req *moonraftpb.BatchPutEndRequest) (*moonraftpb.BatchPutEndResponse, error) {
 	keys := req.GetKeys()
-	res := make([]*moonraftpb.PutEndResponse, len(keys))
-	top := runBatch(len(keys), 1, func(i int) *moonraftpb.Status {
-		_, st := s.propose(ctx, &fsm.PutEnd{NowMs: s.b.Now(), Key: keys[i], ClientID: req.GetClientId()})
-		res[i] = &moonraftpb.PutEndResponse{Status: st}
-		return st
-	})
-	if !isOK(top) {
-		return &moonraftpb.BatchPutEndResponse{Status: top}, nil
+	cmds := make([]fsm.Command, len(keys))
+	for i, k := range keys {
+		cmds[i] = &fsm.PutEnd{NowMs: s.b.Now(), Key: k, ClientID: req.GetClientId()}
 	}
-	return &moonraftpb.BatchPutEndResponse{Status: top, Results: res}, nil
+	top, rs := s.proposeBatch(ctx, cmds)
+	resp := &moonraftpb.BatchPutEndResponse{Status: top}
+	for _, r := range rs {
+		resp.Results = append(resp.Results, &moonraftpb.PutEndResponse{Status: statusOf(r.Err)})
+	}
+	return resp, nil
 }
 
 func (s *server) BatchPutRevoke(ctx context.Context, req *moonraftpb.BatchPutRevokeRequest) (*moonraftpb.BatchPutRevokeResponse, error) {
 	keys := req.GetKeys()
-	res := make([]*moonraftpb.PutRevokeResponse, len(keys))
-	top := runBatch(len(keys), 1, func(i int) *moonraftpb.Status {
-		_, st := s.propose(ctx, &fsm.PutRevoke{NowMs: s.b.Now(), Key: keys[i], ClientID: req.GetClientId()})
-		res[i] = &moonraftpb.PutRevokeResponse{Status: st}
-		return st
-	})
-	if !isOK(top) {
-		return &moonraftpb.BatchPutRevokeResponse{Status: top}, nil
+	cmds := make([]fsm.Command, len(keys))
+	for i, k := range keys {
+		cmds[i] = &fsm.PutRevoke{NowMs: s.b.Now(), Key: k, ClientID: req.GetClientId()}
 	}
-	return &moonraftpb.BatchPutRevokeResponse{Status: top, Results: res}, nil
+	top, rs := s.proposeBatch(ctx, cmds)
+	resp := &moonraftpb.BatchPutRevokeResponse{Status: top}
+	for _, r := range rs {
+		resp.Results = append(resp.Results, &moonraftpb.PutRevokeResponse{Status: statusOf(r.Err)})
+	}
+	return resp, nil
 }
 
 func (s *server) Remove(ctx context.Context, req *moonraftpb.RemoveRequest) (*moonraftpb.RemoveResponse, error) {
