@@ -1,25 +1,39 @@
 #!/usr/bin/env bash
-# make run: three moonraft nodes on 127.0.0.1 (gRPC 7100-7102, Raft
-# 7200-7202, HTTP 7300-7302), data under ./run/. Ctrl-C stops them cleanly.
+# make run: an embedded etcd (127.0.0.1:2379) and three moonraft nodes on
+# 127.0.0.1 (gRPC 7100-7102, Raft 7200-7202, HTTP 7300-7302) exporting their
+# OpLog to it; data under ./run/. Ctrl-C stops them cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=./bin
 PEERS="n0=127.0.0.1:7200,n1=127.0.0.1:7201,n2=127.0.0.1:7202"
 mkdir -p run
 pids=()
+etcd_pid=""
 stop() {
   trap - INT TERM
   echo
   echo "stopping..."
   kill -TERM "${pids[@]}" 2>/dev/null || true
   wait "${pids[@]}" 2>/dev/null || true
+  if [ -n "$etcd_pid" ]; then
+    kill -TERM "$etcd_pid" 2>/dev/null || true
+    wait "$etcd_pid" 2>/dev/null || true
+  fi
   echo "stopped; data is kept in ./run/ (make clean removes it)"
 }
 trap stop INT TERM
+"$BIN/moonraft" etcd --data-dir run/etcd --listen-client http://127.0.0.1:2379 --listen-peer http://127.0.0.1:2380 \
+  >run/etcd.log 2>&1 &
+etcd_pid=$!
+for _ in $(seq 1 100); do
+  grep -q "serving" run/etcd.log 2>/dev/null && break
+  sleep 0.2
+done
 for i in 0 1 2; do
   "$BIN/moonraft" --id "n$i" --data-dir "run/n$i" \
     --raft-addr "127.0.0.1:720$i" --grpc-addr "127.0.0.1:710$i" --http-addr "127.0.0.1:730$i" \
     --bootstrap --peers "$PEERS" --heartbeat-timeout 300ms --election-timeout 300ms \
+    --etcd-endpoints http://127.0.0.1:2379 \
     >"run/n$i.log" 2>&1 &
   pids+=($!)
 done
@@ -36,7 +50,7 @@ echo
 "$BIN/moonctl" --endpoints "$ENDPOINTS" status
 cat <<MSG
 
-moonraft is running: gRPC $ENDPOINTS, logs in run/n*.log.
+moonraft is running: gRPC $ENDPOINTS, etcd http://127.0.0.1:2379, logs in run/*.log.
 Try:
   bin/moonctl --endpoints $ENDPOINTS mount --client c1 --segment seg1 --size 1073741824
   bin/moonctl --endpoints $ENDPOINTS put hello --size 4096 --replicas 1 --client c1
@@ -44,6 +58,7 @@ Try:
   bin/moonctl --endpoints $ENDPOINTS ls
   bin/moonctl --endpoints $ENDPOINTS leader transfer
   bin/moonctl --endpoints $ENDPOINTS status
+  bin/moonctl oplog tail
 Ctrl-C stops every node.
 MSG
 wait

@@ -38,6 +38,8 @@ commands:
   rm KEY [--force] | rm --regex RE [--force] | rm --all [--force]
   members list | members add ID RAFTADDR | members remove ID
   leader transfer [ID]
+  oplog tail [--from SEQ] [--follow] [--etcd-endpoints URLS] [--etcd-prefix P] [--cluster-id C]
+                                           OpLog entries as stored in etcd
 `
 
 func main() {
@@ -143,6 +145,11 @@ func (c *cli) dispatch(ctx context.Context, cmd string, args []string) error {
 		return c.rm(ctx, args)
 	case "members":
 		return c.members(ctx, args)
+	case "oplog":
+		if len(args) == 0 || args[0] != "tail" {
+			return errUsage
+		}
+		return c.oplogTail(ctx, args[1:])
 	case "leader":
 		if len(args) == 0 || args[0] != "transfer" || len(args) > 2 {
 			return errUsage
@@ -176,7 +183,7 @@ func (c *cli) status(ctx context.Context) error {
 		return c.print(sts, "")
 	}
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tRAFT ADDR\tGRPC ADDR\tROLE\tTERM\tAPPLIED INDEX\tAPPLIED SEQ\tOBJECTS\tDIGEST")
+	fmt.Fprintln(w, "ID\tRAFT ADDR\tGRPC ADDR\tROLE\tTERM\tAPPLIED INDEX\tAPPLIED SEQ\tEXPORTED SEQ\tEXPORT LAG\tOBJECTS\tDIGEST")
 	for _, s := range sts {
 		if s == nil {
 			continue
@@ -185,7 +192,11 @@ func (c *cli) status(ctx context.Context) error {
 		if s.Role == "leader" && !s.Promoted {
 			role += " (promoting)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.16s\n", s.Id, s.RaftAddr, s.GrpcAddr, role, s.Term, s.AppliedIndex, s.AppliedSeq, s.Objects, s.Digest)
+		exported, lag := "-", "-"
+		if s.EtcdExport && s.Promoted { // only the leader exports
+			exported, lag = fmt.Sprint(s.ExportedSeq), fmt.Sprint(s.AppliedSeq-min(s.ExportedSeq, s.AppliedSeq))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%.16s\n", s.Id, s.RaftAddr, s.GrpcAddr, role, s.Term, s.AppliedIndex, s.AppliedSeq, exported, lag, s.Objects, s.Digest)
 	}
 	if err := w.Flush(); err != nil {
 		return err

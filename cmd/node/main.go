@@ -104,7 +104,7 @@ func run(args []string) error {
 	// A stopping leader hands over first so clients see no election gap.
 	tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if n.IsLeader() {
+	if members, _ := n.Members(tctx); n.IsLeader() && len(members) > 1 {
 		if err := n.TransferLeadership(tctx, ""); err != nil {
 			cfg.Logger.Warn("leadership transfer before stop failed", "error", err)
 		}
