@@ -55,6 +55,7 @@ func (s *Store) WriteOpLogBatch(ctx context.Context, prev uint64, es []oplog.Ent
 	}
 	cmps := make([]clientv3.Cmp, 0, len(es)+1)
 	puts := make([]clientv3.Op, 0, len(es)+1)
+	var bytes int // keys and values put, for Stats
 	for i, e := range es {
 		if want := prev + 1 + uint64(i); e.SequenceID != want {
 			return errcode.New(errcode.InvalidParams,
@@ -62,8 +63,10 @@ func (s *Store) WriteOpLogBatch(ctx context.Context, prev uint64, es []oplog.Ent
 				i, e.SequenceID, want, prev)
 		}
 		k := s.EntryKey(e.SequenceID)
+		v := e.Encode()
+		bytes += len(k) + len(v)
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
-		puts = append(puts, clientv3.OpPut(k, string(e.Encode())))
+		puts = append(puts, clientv3.OpPut(k, string(v)))
 	}
 	last := prev + uint64(len(es))
 	puts = append(puts, clientv3.OpPut(s.latestKey, strconv.FormatUint(last, 10)))
@@ -84,6 +87,10 @@ func (s *Store) WriteOpLogBatch(ctx context.Context, prev uint64, es []oplog.Ent
 			guard = clientv3.Compare(clientv3.CreateRevision(s.latestKey), "=", 0)
 		}
 		resp, err := s.c.Txn(ctx).If(append(cmps[:len(es):len(es)], guard)...).Then(puts...).Else(elseOps...).Commit()
+		s.stats.oplogTxns.Add(1)
+		if err == nil && resp.Succeeded {
+			s.stats.oplogBytes.Add(uint64(bytes))
+		}
 		if err != nil {
 			return opErr(err, "oplog: write entries %d..%d", prev+1, last)
 		}

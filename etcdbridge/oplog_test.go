@@ -236,3 +236,22 @@ func TestKeysAndFitBatch(t *testing.T) {
 	}
 	require.Equal(t, 1, s.FitBatch(big), "bounded by MaxTxnBytes, but at least one")
 }
+
+// TestStats: the load counters see exactly the transactions and bytes written.
+func TestStats(t *testing.T) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	es := entries(1, 5, "s")
+	require.NoError(t, s.WriteOpLogBatch(ctx, 0, es))
+	var want uint64
+	for _, e := range es {
+		want += uint64(len(s.EntryKey(e.SequenceID)) + len(e.Encode()))
+	}
+	st := s.Stats()
+	require.Equal(t, uint64(1), st.OplogTxns)
+	require.Equal(t, want, st.OplogBytes)
+	require.NoError(t, s.PutRenewals(ctx, []oplog.Renewal{{Key: "a", LeaseTimeoutMs: 1}, {Key: "b", LeaseTimeoutMs: 1}}))
+	st = s.Stats()
+	require.Equal(t, uint64(2), st.RenewalTxns, "one lease grant, one put transaction")
+	require.Positive(t, st.RenewalBytes)
+}

@@ -32,15 +32,21 @@ func (s *Store) PutRenewals(ctx context.Context, rs []oplog.Renewal) error {
 		uniq = append(uniq, r)
 	}
 	lease, err := s.c.Grant(ctx, int64(RenewalLeaseTTL.Seconds()))
+	s.stats.renewalTxns.Add(1)
 	if err != nil {
 		return opErr(err, "lease_renewals: grant a %v lease", RenewalLeaseTTL)
 	}
 	for lo := 0; lo < len(uniq); lo += s.cfg.MaxTxnOps {
 		hi := min(lo+s.cfg.MaxTxnOps, len(uniq))
 		ops := make([]clientv3.Op, 0, hi-lo)
+		var bytes int
 		for _, r := range uniq[lo:hi] {
-			ops = append(ops, clientv3.OpPut(s.RenewalKey(r.Key), string(oplog.EncodeRenewal(r)), clientv3.WithLease(lease.ID)))
+			k, v := s.RenewalKey(r.Key), oplog.EncodeRenewal(r)
+			bytes += len(k) + len(v)
+			ops = append(ops, clientv3.OpPut(k, string(v), clientv3.WithLease(lease.ID)))
 		}
+		s.stats.renewalTxns.Add(1)
+		s.stats.renewalBytes.Add(uint64(bytes))
 		if _, err := s.c.Txn(ctx).Then(ops...).Commit(); err != nil {
 			return opErr(err, "lease_renewals: put %d renewals", hi-lo)
 		}

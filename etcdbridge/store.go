@@ -28,6 +28,7 @@ import (
 	"context"
 	"crypto/tls"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/logutil"
@@ -103,6 +104,29 @@ type Store struct {
 	latestKey  string
 	renewalDir string // {prefix}/lease_renewals/{cluster}/
 	viewKey    string
+
+	stats storeStats
+}
+
+// storeStats counts the etcd load this Store causes (benchmarks, metrics).
+type storeStats struct {
+	oplogTxns, oplogBytes     atomic.Uint64
+	renewalTxns, renewalBytes atomic.Uint64
+}
+
+// Stats is the etcd load a Store has caused: write transactions (lease
+// grants included) and bytes of keys and values put, by kind.
+type Stats struct {
+	OplogTxns, OplogBytes     uint64
+	RenewalTxns, RenewalBytes uint64
+}
+
+// Stats returns the counters since Open.
+func (s *Store) Stats() Stats {
+	return Stats{
+		OplogTxns: s.stats.oplogTxns.Load(), OplogBytes: s.stats.oplogBytes.Load(),
+		RenewalTxns: s.stats.renewalTxns.Load(), RenewalBytes: s.stats.renewalBytes.Load(),
+	}
 }
 
 var _ oplog.Feed = (*Store)(nil)
@@ -127,8 +151,12 @@ func Open(cfg Config) (*Store, error) {
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
-		TLS:         cfg.TLS,
-		Logger:      lg,
+		// Keepalives notice an etcd host that died without closing its
+		// connections, so calls fail over instead of waiting on TCP.
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		TLS:                  cfg.TLS,
+		Logger:               lg,
 	})
 	if err != nil {
 		return nil, opErr(err, "etcd: connect to %v", cfg.Endpoints)

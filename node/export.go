@@ -11,6 +11,15 @@ import (
 	"github.com/moonraft/moonraft/oplog"
 )
 
+// etcdCallTimeout bounds every export call to etcd, so a silent etcd stalls
+// the export for seconds, not until TCP gives up; the ring meanwhile holds
+// what is not exported yet.
+const etcdCallTimeout = 5 * time.Second
+
+func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, etcdCallTimeout)
+}
+
 // snapshotDone reports a persisted Raft snapshot and the OpLog seq it covers.
 type snapshotDone struct {
 	id  string
@@ -21,7 +30,9 @@ type snapshotDone struct {
 // fenced by term so a deposed leader cannot overwrite a newer one.
 func (n *Node) publishMasterView(ctx context.Context) {
 	v := etcdbridge.MasterView{LeaderID: n.cfg.ID, GRPCAddr: n.cfg.GRPCAddr, RaftAddr: string(n.trans.LocalAddr()), Term: n.raft.CurrentTerm()}
-	if err := n.etcd.PublishMasterView(ctx, v); err != nil {
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	if err := n.etcd.PublishMasterView(cctx, v); err != nil {
 		n.log.Warn("master_view not published", "term", v.Term, "error", err)
 	}
 }
@@ -40,7 +51,9 @@ func (n *Node) exportLoop(ctx context.Context) {
 	)
 	for ctx.Err() == nil {
 		if !known {
-			l, err := n.etcd.Latest(ctx)
+			cctx, cancel := callCtx(ctx)
+			l, err := n.etcd.Latest(cctx)
+			cancel()
 			if err != nil {
 				n.log.Warn("etcd unreachable, export waits", "error", err)
 				backoff.wait(ctx)
@@ -60,7 +73,9 @@ func (n *Node) exportLoop(ctx context.Context) {
 			continue
 		}
 		if len(batch) > 0 {
-			err := n.etcd.WriteOpLogBatch(ctx, latest, batch)
+			cctx, cancel := callCtx(ctx)
+			err := n.etcd.WriteOpLogBatch(cctx, latest, batch)
+			cancel()
 			var fenced *etcdbridge.FencedError
 			switch {
 			case errors.As(err, &fenced):
@@ -103,13 +118,18 @@ func (n *Node) cleanup(ctx context.Context, latest uint64, pending []snapshotDon
 			rest = append(rest, s)
 			continue
 		}
-		if err := n.etcd.RecordSnapshotSequenceId(ctx, s.id, s.seq); err != nil {
+		cctx, cancel := callCtx(ctx)
+		err := n.etcd.RecordSnapshotSequenceId(cctx, s.id, s.seq)
+		cancel()
+		if err != nil {
 			n.log.Warn("snapshot sequence id not recorded", "snapshot", s.id, "error", err)
 			rest = append(rest, s)
 			continue
 		}
 		if s.seq > n.cfg.OplogRetain {
-			deleted, err := n.etcd.CleanupOpLogBefore(ctx, s.seq-n.cfg.OplogRetain)
+			cctx, cancel := callCtx(ctx)
+			deleted, err := n.etcd.CleanupOpLogBefore(cctx, s.seq-n.cfg.OplogRetain)
+			cancel()
 			if err != nil {
 				n.log.Warn("OpLog cleanup failed", "before", s.seq-n.cfg.OplogRetain, "error", err)
 				continue
@@ -148,7 +168,10 @@ func (n *Node) renewalLoop(ctx context.Context) {
 				}
 			}
 		})
-		if err := n.etcd.PutRenewals(ctx, rs); err != nil {
+		cctx, cancel := callCtx(ctx)
+		err := n.etcd.PutRenewals(cctx, rs)
+		cancel()
+		if err != nil {
 			n.log.Warn("lease renewals not exported", "keys", len(rs), "error", err)
 		}
 	}

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 
 // testEtcd returns an etcd config on a shared embedded etcd with a prefix
 // of the test's own.
-func testEtcd(t *testing.T) etcdbridge.Config {
+func testEtcd(t testing.TB) etcdbridge.Config {
 	etcdOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "moonraft-node-etcd-")
 		if err != nil {

@@ -16,12 +16,12 @@ import (
 )
 
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	cfgs  []Config
 	nodes []*Node
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer l.Close()
@@ -31,7 +31,7 @@ func freeAddr(t *testing.T) string {
 // newCluster starts n bootstrapped nodes on loopback with short timeouts.
 // tick is the leader's tick interval (an hour freezes time-driven entries so
 // the log goes quiet and indexes can be compared).
-func newCluster(t *testing.T, n int, tick time.Duration, opts ...func(*Config)) *cluster {
+func newCluster(t testing.TB, n int, tick time.Duration, opts ...func(*Config)) *cluster {
 	c := &cluster{t: t}
 	var peers []Peer
 	for i := 0; i < n; i++ {
