@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/oplog"
@@ -222,4 +223,40 @@ func TestMasterViewAndFollower(t *testing.T) {
 	assert.Equal(t, uint64(29), ef.Status().Objects)
 	_, _, err = ef.GetReplicaList(ctx(t), "k1")
 	assert.NoError(t, err)
+}
+
+// TestFollowerFromSnapshot: a follower seeded from a snapshot file resumes
+// from the snapshot's seq, even when etcd no longer holds the entries
+// before it, and reaches the leader's object set.
+func TestFollowerFromSnapshot(t *testing.T) {
+	e := testEtcd(t)
+	c := newCluster(t, 3, time.Hour, withEtcd(e))
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	for i := 0; i < 20; i++ {
+		put(t, nd, fmt.Sprintf("k%d", i))
+	}
+	path := filepath.Join(t.TempDir(), "snap")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	require.NoError(t, nd.SnapshotSave(ctx(t), f))
+	require.NoError(t, f.Close())
+	s := nd.Status().AppliedSeq
+	store := etcdbridge.New(nd.etcd.Client(), e)
+	require.Eventually(t, func() bool { l, _ := store.Latest(context.Background()); return l == s }, 10*time.Second, 10*time.Millisecond)
+	_, err = store.CleanupOpLogBefore(context.Background(), s+1) // etcd keeps nothing the snapshot covers
+	require.NoError(t, err)
+	for i := 20; i < 30; i++ {
+		put(t, nd, fmt.Sprintf("k%d", i))
+	}
+	ef, err := StartEtcdFollower(FollowerConfig{ID: "obs", GRPCAddr: freeAddr(t), Etcd: e, Snapshot: path})
+	require.NoError(t, err)
+	defer ef.Close()
+	st := nd.Status()
+	require.NoError(t, ef.Follower().WaitFor(ctx(t), st.AppliedSeq))
+	assert.Equal(t, st.ObjectSetDigest, ef.Status().ObjectSetDigest)
+	assert.Equal(t, uint64(30), ef.Status().Objects)
+
+	_, err = StartEtcdFollower(FollowerConfig{ID: "bad", GRPCAddr: freeAddr(t), Etcd: e, Snapshot: filepath.Join(t.TempDir(), "missing")})
+	assert.Equal(t, errcode.FileNotFound, errcode.Of(err))
 }
