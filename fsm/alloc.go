@@ -79,6 +79,30 @@ func (a *allocator) alloc(n uint64) (uint64, bool) {
 	return best.off, true
 }
 
+// allocAt takes exactly [off, off+n), which must lie inside one free extent,
+// splitting that extent. Replay uses it: an OpLog entry says where a buffer
+// is, so best fit has no say. It reports false, changing nothing, if the
+// range is empty, wraps, or is not entirely free. Free extents are maximal,
+// so a free range never spans two of them.
+func (a *allocator) allocAt(off, n uint64) bool {
+	end := off + n
+	if n == 0 || end < off {
+		return false
+	}
+	r, ok := a.floor(off)
+	if !ok || r.off+r.len < end {
+		return false
+	}
+	a.delete(r)
+	if off > r.off {
+		a.insert(freeRange{r.off, off - r.off})
+	}
+	if rEnd := r.off + r.len; rEnd > end {
+		a.insert(freeRange{end, rEnd - end})
+	}
+	return true
+}
+
 // release returns [off, off+n) to the free extents, merging it with the
 // free neighbours on either side.
 func (a *allocator) release(off, n uint64) {

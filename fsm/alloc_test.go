@@ -80,3 +80,77 @@ func TestRebuildAllocatorRejectsOverlap(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, []freeRange{{0, 10}, {25, 75}}, a.extents())
 }
+
+func TestAllocatorAllocAt(t *testing.T) {
+	// Free extents of the fixture: [0,10) and [20,50) in a 100-byte space.
+	fixture := func() *allocator {
+		a, ok := rebuildAllocator(100, []freeRange{{10, 10}, {50, 50}})
+		require.True(t, ok)
+		return a
+	}
+	tests := []struct {
+		name    string
+		off, n  uint64
+		ok      bool
+		extents []freeRange // after the call
+	}{
+		{"inside an extent", 25, 5, true, []freeRange{{0, 10}, {20, 5}, {30, 20}}},
+		{"at an extent's start", 20, 5, true, []freeRange{{0, 10}, {25, 25}}},
+		{"at an extent's end", 45, 5, true, []freeRange{{0, 10}, {20, 25}}},
+		{"a whole extent", 0, 10, true, []freeRange{{20, 30}}},
+		{"spans two extents", 5, 20, false, nil},
+		{"runs past an extent", 40, 11, false, nil},
+		{"inside live data", 12, 2, false, nil},
+		{"starts in live data", 15, 10, false, nil},
+		{"past the end", 100, 1, false, nil},
+		{"zero length", 25, 0, false, nil},
+		{"wraps around", 30, ^uint64(0), false, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := fixture()
+			before := a.extents()
+			require.Equal(t, tt.ok, a.allocAt(tt.off, tt.n))
+			if !tt.ok {
+				require.Equal(t, before, a.extents(), "a refused allocAt changes nothing")
+				require.Equal(t, uint64(40), a.free)
+				return
+			}
+			require.Equal(t, tt.extents, a.extents())
+			require.Equal(t, 40-tt.n, a.free)
+			// release undoes it exactly: extents stay maximal.
+			a.release(tt.off, tt.n)
+			require.Equal(t, before, a.extents())
+		})
+	}
+}
+
+// TestAllocatorAllocAtMatchesRebuild takes random free ranges with allocAt
+// and checks the allocator against the one rebuilt from the live set.
+func TestAllocatorAllocAtMatchesRebuild(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	const size = 1 << 12
+	a := newAllocator(size)
+	var live []freeRange
+	for step := 0; step < 2000; step++ {
+		off, n := uint64(rng.IntN(size)), uint64(1+rng.IntN(64))
+		overlaps := off+n > size || slices.ContainsFunc(live, func(b freeRange) bool {
+			return off < b.off+b.len && b.off < off+n
+		})
+		require.Equal(t, !overlaps, a.allocAt(off, n), "step %d: [%d,+%d)", step, off, n)
+		if !overlaps {
+			live = append(live, freeRange{off, n})
+		}
+		if len(live) > 0 && rng.IntN(3) == 0 {
+			i := rng.IntN(len(live))
+			a.release(live[i].off, live[i].len)
+			live = slices.Delete(live, i, i+1)
+		}
+		sorted := slices.Clone(live)
+		slices.SortFunc(sorted, func(x, y freeRange) int { return int(x.off) - int(y.off) })
+		want, ok := rebuildAllocator(size, sorted)
+		require.True(t, ok)
+		require.Equal(t, want.extents(), a.extents(), "step %d", step)
+		require.Equal(t, want.free, a.free, "step %d", step)
+	}
+}

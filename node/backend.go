@@ -157,6 +157,12 @@ func (n *Node) SnapshotRestore(ctx context.Context, r io.Reader) error {
 	if err := n.raft.Restore(meta, bufio.NewReader(tmp), timeoutOf(ctx)); err != nil {
 		return errcode.New(errcode.InternalError, "restore through raft: %v", err)
 	}
+	// The snapshot's session deadlines and leases are as old as the file:
+	// promote again, as a new leader would, so the next tick does not
+	// expire every client and drop their objects.
+	if !n.promote(ctx) {
+		return errcode.New(errcode.UnavailableInCurrentStatus, "snapshot restored, but re-promotion failed; the next leader will promote")
+	}
 	n.log.Info("restored snapshot", "objects", sum.Header.Objects, "digest", hex.EncodeToString(sum.Digest[:]))
 	return nil
 }

@@ -38,6 +38,12 @@ commands:
   rm KEY [--force] | rm --regex RE [--force] | rm --all [--force]
   members list | members add ID RAFTADDR | members remove ID
   leader transfer [ID]
+  snapshot save FILE                       stream a fresh snapshot from the leader into FILE (atomically)
+  snapshot inspect FILE                    verify FILE and show its header, counts and digest
+  snapshot restore FILE                    install FILE on the live cluster (every node)
+  snapshot restore --offline --data-dir DIR --id ID --peers id=raftaddr,... [--replay-etcd
+      [--etcd-endpoints URLS] [--allow-gap]] [--cluster-id C] [--force] FILE
+                                           seed a fresh data directory for a lost cluster
   oplog tail [--from SEQ] [--follow] [--etcd-endpoints URLS] [--etcd-prefix P] [--cluster-id C]
                                            OpLog entries as stored in etcd
 `
@@ -60,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	g.Usage = func() { fmt.Fprint(stderr, usage) }
 	endpoints := g.String("endpoints", "127.0.0.1:7100", "comma-separated gRPC addresses of cluster members")
 	asJSON := g.Bool("json", false, "print JSON")
-	timeout := g.Duration("timeout", 10*time.Second, "give up after this long")
+	timeout := g.Duration("timeout", 10*time.Second, "give up after this long (snapshot commands: 30m unless given)")
 	if err := g.Parse(args); err != nil {
 		return 2
 	}
@@ -75,12 +81,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer client.Close()
 	c.client = client
+	if g.Arg(0) == "snapshot" && !flagSet(g, "timeout") {
+		*timeout = 30 * time.Minute
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	if err := c.dispatch(ctx, g.Arg(0), g.Args()[1:]); err != nil {
 		return c.fail(err)
 	}
 	return 0
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func splitList(s string) []string {
@@ -145,6 +160,8 @@ func (c *cli) dispatch(ctx context.Context, cmd string, args []string) error {
 		return c.rm(ctx, args)
 	case "members":
 		return c.members(ctx, args)
+	case "snapshot":
+		return c.snapshot(ctx, args)
 	case "oplog":
 		if len(args) == 0 || args[0] != "tail" {
 			return errUsage
