@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -45,6 +46,7 @@ type RestoreReport struct {
 	SnapshotSeq uint64 // applied seq of the snapshot file
 	AppliedSeq  uint64 // after replay
 	Replayed    uint64
+	ReplayTime  time.Duration
 	Gap         bool // replay stopped at a gap (AllowGap)
 	// Skipped: PUT_ENDs on segments mounted after the snapshot, which the
 	// OpLog does not record; those keys are dropped (cache misses).
@@ -73,7 +75,10 @@ func (o *OfflineRestore) Run(ctx context.Context) (RestoreReport, error) {
 	}
 	rep.SnapshotSeq = hdr.AppliedSeq
 	if o.ReplayEtcd {
-		if err := o.replay(ctx, f, &rep); err != nil {
+		start := time.Now()
+		err := o.replay(ctx, f, &rep)
+		rep.ReplayTime = time.Since(start)
+		if err != nil {
 			return rep, err
 		}
 	}

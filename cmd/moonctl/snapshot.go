@@ -229,8 +229,8 @@ func (c *cli) snapshotRestore(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	text := fmt.Sprintf("seeded %s for node %s: snapshot seq %d, replayed %d OpLog entries from etcd, applied seq %d\ndigest %s\n",
-		o.DataDir, o.ID, rep.SnapshotSeq, rep.Replayed, rep.AppliedSeq, rep.Digest)
+	text := fmt.Sprintf("seeded %s for node %s: snapshot seq %d, replayed %d OpLog entries from etcd in %v, applied seq %d\ndigest %s\n",
+		o.DataDir, o.ID, rep.SnapshotSeq, rep.Replayed, rep.ReplayTime.Round(time.Millisecond), rep.AppliedSeq, rep.Digest)
 	if rep.Skipped > 0 {
 		text += fmt.Sprintf("note: %d entries were on segments mounted after the snapshot; those objects are not restored (their clients remount)\n", rep.Skipped)
 	}
