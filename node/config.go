@@ -51,6 +51,10 @@ type Config struct {
 
 	Bootstrap bool   // form a new cluster from Peers if DataDir holds no Raft state
 	Peers     []Peer // identical on every bootstrapping node
+	// RaftDial overrides, per peer id, the address this node dials for
+	// Raft (NAT, a local proxy, the fault suite's per-link proxies); the
+	// configuration keeps the peers' advertised addresses.
+	RaftDial map[string]string
 
 	// Etcd is where the leader exports the OpLog; no endpoints: no export.
 	Etcd           etcdbridge.Config

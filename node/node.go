@@ -156,7 +156,11 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return errcode.New(errcode.FileWriteFail, "snapshot store: %v", err)
 	}
-	trans, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, n.log.Named("transport"))
+	tcfg := &raft.NetworkTransportConfig{MaxPool: 3, Timeout: 10 * time.Second, Logger: n.log.Named("transport")}
+	if len(cfg.RaftDial) > 0 {
+		tcfg.ServerAddressProvider = dialOverride(cfg.RaftDial)
+	}
+	trans, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, nil, tcfg)
 	if err != nil {
 		return errcode.New(errcode.InvalidParams, "raft address %s: %v", cfg.RaftAddr, err)
 	}
@@ -198,6 +202,17 @@ func (n *Node) startRaft() error {
 	}
 	n.raft = r
 	return nil
+}
+
+// dialOverride maps peer ids to the addresses to dial instead of the
+// configured ones; other peers are dialled at their configured address.
+type dialOverride map[string]string
+
+func (d dialOverride) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	if a, ok := d[string(id)]; ok {
+		return raft.ServerAddress(a), nil
+	}
+	return "", fmt.Errorf("no dial override for %s", id)
 }
 
 func (n *Node) closeStores() {

@@ -3,8 +3,10 @@ package node
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -363,4 +365,76 @@ func TestProposeBatch(t *testing.T) {
 	assert.Equal(t, errcode.InvalidParams, errcode.Of(err), "removals are not batched: they need the lease flush")
 	_, err = c.nodes[(l+1)%3].ProposeBatch(ctx(t), cmds[:1])
 	assert.Equal(t, errcode.NotLeader, errcode.Of(err))
+}
+
+// TestRaftDial: nodes reach each other through the dial overrides (here a
+// plain TCP relay per directed link) while the configuration keeps the
+// advertised addresses; cutting the relays cuts the links.
+func TestRaftDial(t *testing.T) {
+	var relays []*relay
+	c := newCluster(t, 3, time.Hour, func(cfg *Config) {
+		cfg.RaftDial = map[string]string{}
+		for _, p := range cfg.Peers {
+			if p.ID != cfg.ID {
+				r := newRelay(t, p.RaftAddr)
+				relays = append(relays, r)
+				cfg.RaftDial[p.ID] = r.addr
+			}
+		}
+	})
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	put(t, nd, "k")
+	c.converged()
+	var used int64
+	for _, r := range relays {
+		used += r.conns.Load()
+	}
+	assert.Positive(t, used, "Raft traffic went through the relays")
+	members, err := nd.Members(ctx(t))
+	require.NoError(t, err)
+	for _, m := range members {
+		assert.NotContains(t, relayAddrs(relays), m.RaftAddr, "the configuration keeps advertised addresses")
+	}
+}
+
+// relay forwards TCP connections to a target, counting them.
+type relay struct {
+	addr  string
+	conns atomic.Int64
+}
+
+func newRelay(t testing.TB, target string) *relay {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	r := &relay{addr: l.Addr().String()}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			r.conns.Add(1)
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() { _, _ = io.Copy(u, c) }()
+				_, _ = io.Copy(c, u)
+			}()
+		}
+	}()
+	return r
+}
+
+func relayAddrs(rs []*relay) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.addr)
+	}
+	return out
 }

@@ -36,6 +36,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", "", "host:port for /healthz, /readyz and /status (empty: off)")
 	fs.BoolVar(&cfg.Bootstrap, "bootstrap", false, "form a new cluster from --peers if the data dir is empty")
 	peers := fs.String("peers", "", "initial members id=raft-addr,... (identical on every bootstrapping node)")
+	raftDial := fs.String("raft-dial", "", "id=host:port,...: dial these peers at these addresses instead of their advertised ones (NAT, proxies)")
 	fs.StringVar(&cfg.Join, "join", "", "gRPC address of any member to join through (when the data dir is empty)")
 	fs.StringVar(&cfg.ClusterID, "cluster-id", cfg.ClusterID, "cluster id, recorded in snapshots")
 	leaseTTL := fs.Duration("lease-ttl", time.Duration(cfg.Params.LeaseTTLMs)*time.Millisecond, "read lease granted by GetReplicaList and ExistKey")
@@ -73,6 +74,16 @@ func run(args []string) error {
 	cfg.Etcd.TLS = tlsCfg
 	if cfg.Peers, err = node.ParsePeers(*peers); err != nil {
 		return err
+	}
+	dials, err := node.ParsePeers(*raftDial)
+	if err != nil {
+		return err
+	}
+	for _, d := range dials {
+		if cfg.RaftDial == nil {
+			cfg.RaftDial = map[string]string{}
+		}
+		cfg.RaftDial[d.ID] = d.RaftAddr
 	}
 	cfg.Params.LeaseTTLMs = leaseTTL.Milliseconds()
 	cfg.Params.SoftPinTTLMs = softPinTTL.Milliseconds()
