@@ -12,7 +12,7 @@ FUZZ_TARGETS := \
 	./oplog:FuzzDecodePutEndPayload \
 	./oplog:FuzzFollowerApply
 
-.PHONY: all build run test unit fuzz lint bench cover clean proto
+.PHONY: all build run test unit fuzz lint bench cover clean proto jepsen
 
 all: build
 
@@ -20,6 +20,7 @@ build:
 	$(GO) build $(PKGS)
 	$(GO) build -o bin/moonraft ./cmd/node
 	$(GO) build -o bin/moonctl ./cmd/moonctl
+	$(GO) build -o bin/moonbench ./cmd/moonbench
 
 # run starts a three-node cluster on loopback; Ctrl-C stops it.
 run: build
@@ -73,3 +74,19 @@ proto:
 		--go_out=transport/proto --go_opt=paths=source_relative \
 		--go-grpc_out=transport/proto --go-grpc_opt=paths=source_relative \
 		transport/proto/moonraft.proto
+
+# certs writes a test PKI into ./run/certs for running with TLS locally: a CA,
+# node certificates n0..n2 (SANs localhost, 127.0.0.1, ::1), a moonctl client
+# certificate, an expired client certificate and an admin token
+# (docs/OPERATIONS.md). Production brings its own CA.
+.PHONY: certs
+certs:
+	$(GO) run ./scripts/gencerts --dir run/certs --expired
+
+# jepsen runs the fault suite (tests/jepsen): every nemesis, mixed on a
+# schedule drawn from SEED (empty: a fresh seed, printed), for DURATION of
+# faults under load, then the end-of-run checks. Output: tests/out/<run>/.
+DURATION ?= 10m
+SEED ?=
+jepsen:
+	JEPSEN_DURATION=$(DURATION) JEPSEN_SEED=$(SEED) $(GO) test -count=1 -run 'TestJepsen$$' -timeout 0 -v ./tests/jepsen/

@@ -52,6 +52,13 @@ const (
 	// OutcomeUnknown is moonraft's: a write reached a leader that was lost
 	// before answering, so it may or may not have been applied.
 	OutcomeUnknown Code = -2002
+	// PermissionDenied is moonraft's: an admin RPC came without the admin
+	// token, or with a wrong one, on a node configured with one.
+	PermissionDenied Code = -2003
+	// TooManyRequests is moonraft's: the client already has as many
+	// requests in flight on this node as it may; the request was not
+	// applied and may be sent again once earlier ones have finished.
+	TooManyRequests Code = -2004
 )
 
 var names = map[Code]string{
@@ -86,6 +93,8 @@ var names = map[Code]string{
 	FileWriteFail:              "FILE_WRITE_FAIL",
 	NotLeader:                  "NOT_LEADER",
 	OutcomeUnknown:             "OUTCOME_UNKNOWN",
+	PermissionDenied:           "PERMISSION_DENIED",
+	TooManyRequests:            "TOO_MANY_REQUESTS",
 }
 
 var byName = func() map[string]Code {

@@ -120,6 +120,23 @@ func (f *FSM) Stats() Stats {
 	}
 }
 
+// SegmentInfo describes one mounted segment and how much of it live
+// buffers take.
+type SegmentInfo struct {
+	ID, Name, ClientID string
+	Base, Size         uint64
+	Used               uint64 // bytes allocated to buffers (PROCESSING or COMPLETE)
+}
+
+// Segments lists the mounted segments by id (for per-segment metrics).
+func (f *FSM) Segments() []SegmentInfo {
+	out := make([]SegmentInfo, 0, len(f.segOrder))
+	for _, s := range f.segOrder {
+		out = append(out, SegmentInfo{ID: s.id, Name: s.name, ClientID: s.clientID, Base: s.base, Size: s.size, Used: s.size - s.alloc.free})
+	}
+	return out
+}
+
 // Params returns the parameters in force.
 func (f *FSM) Params() Params { return f.params }
 

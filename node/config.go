@@ -9,6 +9,7 @@ import (
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/transport"
 )
 
 // Peer is one member of the initial cluster.
@@ -60,6 +61,20 @@ type Config struct {
 	Etcd           etcdbridge.Config
 	ExportRenewals bool   // write lease_renewals/ once a second
 	OplogRetain    uint64 // OpLog entries kept in etcd behind the last snapshot
+
+	// TLS secures the node's gRPC server and client, and its Raft
+	// transport (a TLS stream layer); with a CA, both require mutual TLS.
+	// No files: plaintext.
+	TLS transport.TLSFiles
+	// HTTPTLS serves HTTPAddr over TLS with the node's certificate (client
+	// certificates are checked if presented, never required, so probes
+	// and scrapers without one still work).
+	HTTPTLS bool
+	// AdminToken, when set, guards the admin RPCs (transport.AdminMethod);
+	// this node's own admin calls (join) send it.
+	AdminToken string
+	// Limits bound requests and clients on the gRPC API.
+	Limits transport.Limits
 
 	Params fsm.Params    // applied cluster-wide when this node becomes leader
 	Tick   time.Duration // how often the leader proposes a Tick
@@ -114,6 +129,15 @@ func (c *Config) validate() error {
 		if !found {
 			return errcode.New(errcode.InvalidParams, "bootstrap peers %v do not include this node %q", c.Peers, c.ID)
 		}
+	}
+	if c.HTTPTLS && c.TLS.Cert == "" {
+		return errcode.New(errcode.InvalidParams, "--http-tls needs --tls-cert and --tls-key")
+	}
+	if c.TLS.Enabled() && (c.TLS.Cert == "" || c.TLS.Key == "") {
+		return errcode.New(errcode.InvalidParams, "TLS on a node needs --tls-cert and --tls-key (it serves gRPC and Raft); --tls-ca alone is not enough")
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return err
 	}
 	if err := c.Params.Validate(); err != nil {
 		return fmt.Errorf("cluster parameters: %w", err)

@@ -32,7 +32,10 @@ func (n *Node) publishMasterView(ctx context.Context) {
 	v := etcdbridge.MasterView{LeaderID: n.cfg.ID, GRPCAddr: n.cfg.GRPCAddr, RaftAddr: string(n.trans.LocalAddr()), Term: n.raft.CurrentTerm()}
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
-	if err := n.etcd.PublishMasterView(cctx, v); err != nil {
+	start := time.Now()
+	err := n.etcd.PublishMasterView(cctx, v)
+	n.metrics.observeEtcd("master_view", start, err)
+	if err != nil {
 		n.log.Warn("master_view not published", "term", v.Term, "error", err)
 	}
 }
@@ -44,15 +47,18 @@ func (n *Node) publishMasterView(ctx context.Context) {
 // leader proposes Exported so every node trims its ring.
 func (n *Node) exportLoop(ctx context.Context) {
 	var (
-		latest  uint64
-		known   bool
-		backoff = newBackoff(50*time.Millisecond, 2*time.Second)
-		pending []snapshotDone
+		latest    uint64
+		known     bool
+		backoff   = newBackoff(50*time.Millisecond, 2*time.Second)
+		pending   []snapshotDone
+		lastWrite time.Time
 	)
 	for ctx.Err() == nil {
 		if !known {
 			cctx, cancel := callCtx(ctx)
+			start := time.Now()
 			l, err := n.etcd.Latest(cctx)
+			n.metrics.observeEtcd("latest", start, err)
 			cancel()
 			if err != nil {
 				n.log.Warn("etcd unreachable, export waits", "error", err)
@@ -62,9 +68,7 @@ func (n *Node) exportLoop(ctx context.Context) {
 			latest, known = l, true
 			n.exportedSeq.Store(latest)
 		}
-		var batch []oplog.Entry
-		n.sm.read(func(f *fsm.FSM) { batch = f.RingAfter(latest, n.etcd.MaxBatch()) })
-		batch = batch[:n.etcd.FitBatch(batch)] // within etcd's request size too
+		batch := n.nextBatch(ctx, latest, lastWrite)
 		if len(batch) > 0 && batch[0].SequenceID != latest+1 {
 			n.log.Error("etcd is missing OpLog entries this node no longer holds; was etcd reset?",
 				"etcd_latest", latest, "ring_first", batch[0].SequenceID)
@@ -74,7 +78,9 @@ func (n *Node) exportLoop(ctx context.Context) {
 		}
 		if len(batch) > 0 {
 			cctx, cancel := callCtx(ctx)
+			start := time.Now()
 			err := n.etcd.WriteOpLogBatch(cctx, latest, batch)
+			n.metrics.observeEtcd("oplog_write", start, err)
 			cancel()
 			var fenced *etcdbridge.FencedError
 			switch {
@@ -90,6 +96,7 @@ func (n *Node) exportLoop(ctx context.Context) {
 				continue
 			}
 			backoff.reset()
+			lastWrite = time.Now()
 			latest = batch[len(batch)-1].SequenceID
 			n.exportedSeq.Store(latest)
 			// Asynchronous: a later Exported supersedes a lost one.
@@ -108,6 +115,40 @@ func (n *Node) exportLoop(ctx context.Context) {
 	}
 }
 
+// exportLinger is how long, under load, the exporter waits for a fuller
+// transaction (as Kafka's linger.ms does): etcd then takes one transaction
+// per many entries instead of one per few. Idle, an entry goes at once.
+const exportLinger = 20 * time.Millisecond
+
+// nextBatch returns the ring entries after latest for the next transaction.
+// If the last write was recent (the exporter is under load) and the batch
+// is not full, it lingers briefly for more.
+func (n *Node) nextBatch(ctx context.Context, latest uint64, lastWrite time.Time) []oplog.Entry {
+	read := func() []oplog.Entry {
+		var b []oplog.Entry
+		n.sm.read(func(f *fsm.FSM) { b = f.RingAfter(latest, n.etcd.MaxBatch()) })
+		return b[:n.etcd.FitBatch(b)] // within etcd's request size too
+	}
+	batch := read()
+	if len(batch) == 0 || len(batch) >= n.etcd.MaxBatch() || time.Since(lastWrite) > 2*exportLinger {
+		return batch
+	}
+	linger := time.NewTimer(exportLinger)
+	defer linger.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return batch
+		case <-linger.C:
+			return read()
+		case <-n.ringCh:
+			if batch = read(); len(batch) >= n.etcd.MaxBatch() {
+				return batch
+			}
+		}
+	}
+}
+
 // cleanup records every persisted snapshot whose seq etcd already holds and
 // deletes the OpLog before seq − OplogRetain, bounding etcd's size while a
 // lagging watcher can still resume. It returns the snapshots still waiting.
@@ -119,7 +160,9 @@ func (n *Node) cleanup(ctx context.Context, latest uint64, pending []snapshotDon
 			continue
 		}
 		cctx, cancel := callCtx(ctx)
+		start := time.Now()
 		err := n.etcd.RecordSnapshotSequenceId(cctx, s.id, s.seq)
+		n.metrics.observeEtcd("snapshot_seq", start, err)
 		cancel()
 		if err != nil {
 			n.log.Warn("snapshot sequence id not recorded", "snapshot", s.id, "error", err)
@@ -128,7 +171,9 @@ func (n *Node) cleanup(ctx context.Context, latest uint64, pending []snapshotDon
 		}
 		if s.seq > n.cfg.OplogRetain {
 			cctx, cancel := callCtx(ctx)
+			start := time.Now()
 			deleted, err := n.etcd.CleanupOpLogBefore(cctx, s.seq-n.cfg.OplogRetain)
+			n.metrics.observeEtcd("cleanup", start, err)
 			cancel()
 			if err != nil {
 				n.log.Warn("OpLog cleanup failed", "before", s.seq-n.cfg.OplogRetain, "error", err)
@@ -169,7 +214,9 @@ func (n *Node) renewalLoop(ctx context.Context) {
 			}
 		})
 		cctx, cancel := callCtx(ctx)
+		start := time.Now()
 		err := n.etcd.PutRenewals(cctx, rs)
+		n.metrics.observeEtcd("renewals", start, err)
 		cancel()
 		if err != nil {
 			n.log.Warn("lease renewals not exported", "keys", len(rs), "error", err)

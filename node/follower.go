@@ -18,6 +18,7 @@ import (
 	"github.com/moonraft/moonraft/transport"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // FollowerConfig configures `moonraft --follow-etcd`: a read-only observer
@@ -28,7 +29,10 @@ type FollowerConfig struct {
 	Etcd     etcdbridge.Config
 	// Snapshot, if set, is a MOONSNAP file to start from instead of seq 1.
 	Snapshot string
-	Logger   hclog.Logger
+	// TLS and Limits as for a node's gRPC server (Config.TLS, Config.Limits).
+	TLS    transport.TLSFiles
+	Limits transport.Limits
+	Logger hclog.Logger
 }
 
 // EtcdFollower serves GetReplicaList, ExistKey (no lease is granted: it
@@ -52,6 +56,17 @@ func StartEtcdFollower(cfg FollowerConfig) (*EtcdFollower, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	var opts []grpc.ServerOption
+	if cfg.TLS.Enabled() {
+		tc, err := cfg.TLS.ServerConfig()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
 	store, err := etcdbridge.Open(cfg.Etcd)
 	if err != nil {
 		return nil, err
@@ -71,7 +86,7 @@ func StartEtcdFollower(cfg FollowerConfig) (*EtcdFollower, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ef.cancel = cancel
-	ef.grpc = transport.NewServer(ef)
+	ef.grpc = transport.NewServerWithConfig(ef, transport.ServerConfig{Limits: cfg.Limits}, opts...)
 	ef.wg.Add(2)
 	go func() {
 		defer ef.wg.Done()

@@ -121,5 +121,8 @@ func (n *Node) tick(ctx context.Context) (fsm.Result, error) {
 	}
 	renewals, pings := n.batcher.Drain()
 	n.noteRenewed(renewals)
-	return n.apply(ctx, &fsm.Tick{NowMs: n.now(), Renewals: renewals, Pings: pings, Evict: evict})
+	start := time.Now()
+	r, err := n.apply(ctx, &fsm.Tick{NowMs: n.now(), Renewals: renewals, Pings: pings, Evict: evict})
+	n.metrics.tickDur.Observe(time.Since(start).Seconds())
+	return r, err
 }

@@ -48,9 +48,11 @@ func newCluster(t testing.TB, n int, tick time.Duration, opts ...func(*Config)) 
 		cfg.Bootstrap = true
 		cfg.Peers = peers
 		cfg.Tick = tick
-		cfg.HeartbeatTimeout = 200 * time.Millisecond
-		cfg.ElectionTimeout = 200 * time.Millisecond
-		cfg.LeaderLeaseTimeout = 100 * time.Millisecond
+		// Short enough for quick elections, long enough that a loaded
+		// 2-core CI machine running other packages does not depose leaders.
+		cfg.HeartbeatTimeout = 500 * time.Millisecond
+		cfg.ElectionTimeout = 500 * time.Millisecond
+		cfg.LeaderLeaseTimeout = 250 * time.Millisecond
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: cfg.ID, Level: hclog.Warn})
 		for _, o := range opts {
 			o(&cfg)
@@ -322,6 +324,12 @@ func TestConfigValidation(t *testing.T) {
 		{"bootstrap without peers", func(c *Config) { c.Bootstrap = true }},
 		{"bootstrap without self", func(c *Config) { c.Bootstrap, c.Peers = true, []Peer{{"x", "127.0.0.1:1"}} }},
 		{"bad params", func(c *Config) { c.Params.LeaseTTLMs = 0 }},
+		{"tls ca without a certificate", func(c *Config) { c.TLS.CA = "ca.pem" }},
+		{"tls cert without a key", func(c *Config) { c.TLS.Cert = "n0.pem" }},
+		{"http tls without a certificate", func(c *Config) { c.HTTPTLS = true }},
+		{"unreadable certificate", func(c *Config) { c.TLS.Cert, c.TLS.Key = "/nonexistent.pem", "/nonexistent-key.pem" }},
+		{"bad limits", func(c *Config) { c.Limits.MaxBatch = -1 }},
+		{"regex limit over the state machine's", func(c *Config) { c.Limits.MaxRegexLen = fsm.MaxRegexLen + 1 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/transport"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -40,7 +42,13 @@ func (n *Node) serve() error {
 		if err != nil {
 			return errcode.New(errcode.InvalidParams, "grpc address %s: %v", n.cfg.GRPCAddr, err)
 		}
-		n.grpc = transport.NewServer(n)
+		var opts []grpc.ServerOption
+		if n.serverTLS != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(n.serverTLS)))
+		}
+		n.grpc = transport.NewServerWithConfig(n, transport.ServerConfig{
+			Limits: n.cfg.Limits, AdminToken: n.cfg.AdminToken, Observe: n.metrics.observeRPC,
+		}, opts...)
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -53,6 +61,13 @@ func (n *Node) serve() error {
 		l, err := net.Listen("tcp", n.cfg.HTTPAddr)
 		if err != nil {
 			return errcode.New(errcode.InvalidParams, "http address %s: %v", n.cfg.HTTPAddr, err)
+		}
+		if n.cfg.HTTPTLS {
+			hc := n.serverTLS.Clone()
+			if hc.ClientCAs != nil {
+				hc.ClientAuth = tls.VerifyClientCertIfGiven
+			}
+			l = tls.NewListener(l, hc)
 		}
 		n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
 		n.wg.Add(1)
@@ -104,6 +119,7 @@ func (n *Node) httpHandler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
+	mux.Handle("/metrics", n.metrics.handler())
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		b, err := protojson.Marshal(n.Status())
 		if err != nil {
@@ -116,9 +132,15 @@ func (n *Node) httpHandler() http.Handler {
 	return mux
 }
 
+// clientConfig is a client of the cluster with this node's TLS and admin
+// token.
+func (n *Node) clientConfig(endpoints ...string) transport.ClientConfig {
+	return transport.ClientConfig{Endpoints: endpoints, TLS: n.clientTLS, AdminToken: n.cfg.AdminToken}
+}
+
 // join asks the cluster, through any member, to add this node as a voter.
 func (n *Node) join(ctx context.Context) error {
-	c, err := transport.Dial(transport.ClientConfig{Endpoints: []string{n.cfg.Join}})
+	c, err := transport.Dial(n.clientConfig(n.cfg.Join))
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ type stateMachine struct {
 
 	appliedIndex atomic.Uint64
 	appliedTerm  atomic.Uint64
+	evicted      atomic.Uint64 // objects evicted by applied Ticks (metrics)
 }
 
 func newStateMachine(clusterID, nodeID string, now func() int64) *stateMachine {
@@ -38,6 +39,9 @@ func (s *stateMachine) Apply(l *raft.Log) any {
 	var r fsm.Result
 	if l.Type == raft.LogCommand {
 		r = s.f.Apply(l.Data)
+		if r.Evicted > 0 {
+			s.evicted.Add(r.Evicted)
+		}
 	}
 	s.appliedIndex.Store(l.Index)
 	s.appliedTerm.Store(l.Term)

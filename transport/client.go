@@ -2,10 +2,13 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"math/rand/v2"
+	"regexp"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -44,6 +48,16 @@ type ClientConfig struct {
 	// the next one is tried (default 2 s), so an unreachable node that drops
 	// packets cannot hold a call until its deadline.
 	ConnectTimeout time.Duration
+	// TLS, if set, secures every connection (TLSFiles.ClientConfig builds
+	// one); nil is plaintext. DialOptions may still override it.
+	TLS *tls.Config
+	// AdminToken is sent with admin RPCs (AdminMethod) as
+	// "authorization: Bearer <token>"; data RPCs never carry it.
+	AdminToken string
+	// MaxMessageBytes caps a request (default MaxMessageBytes, at least
+	// MinMessageBytes); a larger one fails with INVALID_PARAMS before it is
+	// sent. Answers may be up to four times as large.
+	MaxMessageBytes int
 }
 
 // Client calls a moonraft cluster: it finds the leader, follows NOT_LEADER
@@ -51,6 +65,7 @@ type ClientConfig struct {
 type Client struct {
 	maxBackoff, connectTimeout time.Duration
 	dialOpts                   []grpc.DialOption
+	maxSend, maxRecv           int
 
 	mu        sync.Mutex
 	endpoints []string
@@ -73,9 +88,23 @@ func Dial(cfg ClientConfig) (*Client, error) {
 	if c.connectTimeout <= 0 {
 		c.connectTimeout = defaultConnectTimeout
 	}
+	c.maxSend = cfg.MaxMessageBytes
+	if c.maxSend <= 0 {
+		c.maxSend = MaxMessageBytes
+	}
+	if c.maxSend < MinMessageBytes {
+		return nil, errcode.New(errcode.InvalidParams, "client message limit %d is below the minimum of %d bytes", c.maxSend, MinMessageBytes)
+	}
+	c.maxRecv = 4 * c.maxSend
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS)
+	}
 	c.dialOpts = append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.maxRecv), grpc.MaxCallSendMsgSize(c.maxSend)),
+		grpc.WithChainUnaryInterceptor(tokenUnary(cfg.AdminToken)),
+		grpc.WithChainStreamInterceptor(tokenStream(cfg.AdminToken)),
 		// gRPC's default reconnect backoff grows to 2 minutes; a restarted
 		// master should be found again within a second.
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -227,7 +256,7 @@ func (c *Client) do(ctx context.Context, idempotent bool, attempt attemptFunc) e
 					return perm.err
 				}
 				var retry bool
-				if last, retry = rpcError(ep, err, p.Addr != nil, idempotent); !retry || ctx.Err() != nil {
+				if last, retry = c.rpcError(ep, err, p.Addr != nil, idempotent); !retry || ctx.Err() != nil {
 					// A call cut short by its own deadline says nothing
 					// about ep: keep it as the endpoint to try first.
 					return last
@@ -255,6 +284,10 @@ func (c *Client) do(ctx context.Context, idempotent bool, attempt attemptFunc) e
 			case errcode.UnavailableInCurrentStatus:
 				last = err
 				c.skip(ep)
+			case errcode.TooManyRequests:
+				// Not applied, and the same node is the one to ask again,
+				// once this client's earlier calls have finished.
+				last = err
 			default:
 				return err
 			}
@@ -283,7 +316,7 @@ func expired(ctx context.Context, last error) error {
 // rpcError turns a gRPC error from ep into an *errcode.Error and says
 // whether the call may be retried. sent says whether the request got onto a
 // connection: a request that did not was certainly not applied.
-func rpcError(ep string, err error, sent, idempotent bool) (error, bool) {
+func (c *Client) rpcError(ep string, err error, sent, idempotent bool) (error, bool) {
 	if st := detailStatus(err); st != nil {
 		return errorOf(st), st.GetRetryable()
 	}
@@ -291,6 +324,8 @@ func rpcError(ep string, err error, sent, idempotent bool) (error, bool) {
 	switch {
 	case !sent:
 		return errcode.New(errcode.UnavailableInCurrentStatus, "cannot reach %s: %s", ep, s.Message()), true
+	case c.refusedForSize(s):
+		return errcode.New(errcode.InvalidParams, "%s refused the request: it is over the server's message size limit (%s); it was not applied", ep, s.Message()), false
 	case !idempotent:
 		return errcode.New(errcode.OutcomeUnknown,
 			"outcome unknown: the request reached %s but its answer was lost (%s: %s), so it may have been applied; check with GetReplicaList/ExistKey before retrying",
@@ -303,6 +338,23 @@ func rpcError(ep string, err error, sent, idempotent bool) (error, bool) {
 		return errcode.New(errcode.InvalidParams, "%s: message over the size limit: %s", ep, s.Message()), false
 	}
 	return errcode.New(errcode.InternalError, "%s: %s: %s", ep, s.Code(), s.Message()), false
+}
+
+// recvTooLarge matches gRPC's refusal of a message over a receive limit:
+// "grpc: received message larger than max (N vs. M)".
+var recvTooLarge = regexp.MustCompile(`received message larger than max \((\d+) vs\. (\d+)\)`)
+
+// refusedForSize reports whether s is the server refusing the request for
+// its size, before decoding (so before applying) it. The same words come
+// from this client refusing an answer over its own limit, which says
+// nothing about the request; that one names this client's limit, M, which
+// is never the server's default (answers may be four times a request).
+func (c *Client) refusedForSize(s *status.Status) bool {
+	if s.Code() != codes.ResourceExhausted {
+		return false
+	}
+	m := recvTooLarge.FindStringSubmatch(s.Message())
+	return m != nil && m[2] != strconv.Itoa(c.maxRecv)
 }
 
 // detailStatus is the Status a server put in the details of a gRPC error
@@ -334,8 +386,8 @@ func call[Req proto.Message, Resp response](ctx context.Context, c *Client, idem
 	if err != nil {
 		return resp, errcode.New(errcode.InvalidParams, "request cannot be encoded: %v", err)
 	}
-	if len(b) > MaxMessageBytes {
-		return resp, errcode.New(errcode.InvalidParams, "request is %d bytes, over the %d-byte message limit", len(b), MaxMessageBytes)
+	if len(b) > c.maxSend {
+		return resp, errcode.New(errcode.InvalidParams, "request is %d bytes, over the %d-byte message limit", len(b), c.maxSend)
 	}
 	err = c.do(ctx, idempotent, func(ctx context.Context, mc moonraftpb.MasterClient, sent grpc.CallOption) (*moonraftpb.Status, error) {
 		r, err := rpc(mc, ctx, req, sent)
@@ -582,7 +634,7 @@ func (c *Client) Status(ctx context.Context, endpoint string) (*moonraftpb.NodeS
 	}
 	r, err := moonraftpb.NewMasterClient(cc).Status(ctx, &moonraftpb.StatusRequest{})
 	if err != nil {
-		e, _ := rpcError(endpoint, err, true, true)
+		e, _ := c.rpcError(endpoint, err, true, true)
 		return nil, e
 	}
 	if err := errorOf(r.GetStatus()); err != nil {
@@ -649,7 +701,7 @@ func (c *Client) SnapshotSave(ctx context.Context, w io.Writer) error {
 			}
 			if err != nil {
 				if written {
-					e, _ := rpcError("the leader", err, true, true)
+					e, _ := c.rpcError("the leader", err, true, true)
 					return nil, permanent{e}
 				}
 				return nil, err

@@ -12,13 +12,14 @@ import (
 
 // Retryable reports whether a request answered with code was certainly not
 // applied and may succeed if sent again later or elsewhere: NOT_LEADER
-// (retry at the leader) and UNAVAILABLE_IN_CURRENT_STATUS (no promoted
-// leader yet, shutting down, queue full). ETCD_OPERATION_ERROR is not: it
+// (retry at the leader), UNAVAILABLE_IN_CURRENT_STATUS (no promoted
+// leader yet, shutting down, queue full) and TOO_MANY_REQUESTS (the
+// client's in-flight cap on that node; retry there after a backoff). ETCD_OPERATION_ERROR is not: it
 // means the leader fails writes closed until etcd is back, which takes far
 // longer than a client's retry budget, so the caller decides. OUTCOME_UNKNOWN
 // is not: the write may have been applied.
 func Retryable(code errcode.Code) bool {
-	return code == errcode.NotLeader || code == errcode.UnavailableInCurrentStatus
+	return code == errcode.NotLeader || code == errcode.UnavailableInCurrentStatus || code == errcode.TooManyRequests
 }
 
 // statusOf is the response Status of err (nil: OK). A context error from the

@@ -7,18 +7,21 @@
 //
 // Every unary RPC answers with gRPC status OK and a moonraftpb.Status
 // carrying the Mooncake code; the client turns a non-OK one into an
-// *errcode.Error, so callers use errcode.Of. Only NOT_LEADER and
-// UNAVAILABLE_IN_CURRENT_STATUS are retryable (see Retryable). SnapshotSave
-// fails with a gRPC error whose details carry the Status.
+// *errcode.Error, so callers use errcode.Of. Only NOT_LEADER,
+// UNAVAILABLE_IN_CURRENT_STATUS and TOO_MANY_REQUESTS are retryable (see
+// Retryable). SnapshotSave, and calls refused by the server's interceptor
+// (PERMISSION_DENIED, TOO_MANY_REQUESTS), fail with a gRPC error whose
+// details carry the Status.
 //
 // # Retries
 //
 // The client tries the last known leader first. A NOT_LEADER answer moves
 // it to the leader it names (learning the address if new) and is retried at
-// once; UNAVAILABLE_IN_CURRENT_STATUS and connection failures move it to the
-// next endpoint after a backoff (20 ms doubling to ClientConfig.MaxBackoff,
-// jittered), until the caller's context is done, when the last error is
-// returned.
+// once; UNAVAILABLE_IN_CURRENT_STATUS and connection failures (a failed TLS
+// handshake among them) move it to the next endpoint after a backoff (20 ms
+// doubling to ClientConfig.MaxBackoff, jittered), until the caller's
+// context is done, when the last error is returned. TOO_MANY_REQUESTS is
+// retried at the same endpoint after the same backoff.
 //
 // What may be retried depends on whether the request can have been applied:
 //
@@ -40,5 +43,17 @@
 //
 // Requests are encoded and size-checked before sending, so an oversized or
 // unencodable request fails with INVALID_PARAMS rather than looking like one
-// that may have been sent.
+// that may have been sent; a request the server refuses for its size (its
+// limit being lower) is INVALID_PARAMS too, since gRPC refuses it before
+// decoding it.
+//
+// # Security and limits
+//
+// TLSFiles builds the TLS configuration of a server (mutual TLS when it
+// has a CA), of a client (ClientConfig.TLS) and of the Raft transport
+// (TLSStreamLayer). ServerConfig.AdminToken makes the admin RPCs
+// (AdminMethod) require "authorization: Bearer <token>", sent by clients
+// given ClientConfig.AdminToken; others get PERMISSION_DENIED. Limits caps
+// message size, batch length, regex length and each client's requests in
+// flight. docs/OPERATIONS.md describes them for operators.
 package transport

@@ -14,11 +14,12 @@ import (
 )
 
 const (
-	// MaxMessageBytes caps one gRPC message each way, on the server and in
-	// the client. A key is at most 4 KiB, so only a huge batch or by-regex
-	// answer comes near it.
+	// MaxMessageBytes is the default cap of one gRPC message each way, on
+	// the server and in the client (Limits.MaxMessageBytes). A key is at
+	// most 4 KiB, so only a huge batch or by-regex answer comes near it.
 	MaxMessageBytes = 16 << 20
-	// MaxBatch is the most items one batch RPC may carry.
+	// MaxBatch is the default of the most items one batch RPC may carry
+	// (Limits.MaxBatch).
 	MaxBatch = 10000
 	// SnapshotChunkBytes is the largest data of one SnapshotChunk.
 	SnapshotChunkBytes = 1 << 20
@@ -29,16 +30,27 @@ const (
 	batchReadParallelism = 32
 )
 
-// NewServer returns a gRPC server serving moonraft.v1.Master from b, with
-// messages capped at MaxMessageBytes; opts come after the defaults, so they
-// may override them.
+// NewServer returns a gRPC server serving moonraft.v1.Master from b with
+// the default limits and no admin token; opts come after the defaults, so
+// they may override them.
 func NewServer(b Backend, opts ...grpc.ServerOption) *grpc.Server {
+	return NewServerWithConfig(b, ServerConfig{}, opts...)
+}
+
+// NewServerWithConfig returns a gRPC server serving moonraft.v1.Master from
+// b, with cfg's limits, admin token and metrics hook; opts (TLS credentials,
+// say) come after the defaults.
+func NewServerWithConfig(b Backend, cfg ServerConfig, opts ...grpc.ServerOption) *grpc.Server {
+	g := newGuard(cfg)
+	lim := g.cfg.Limits
 	opts = append([]grpc.ServerOption{
-		grpc.MaxRecvMsgSize(MaxMessageBytes),
-		grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.MaxRecvMsgSize(lim.MaxMessageBytes),
+		grpc.MaxSendMsgSize(lim.MaxMessageBytes),
+		grpc.ChainUnaryInterceptor(g.unary),
+		grpc.ChainStreamInterceptor(g.stream),
 	}, opts...)
 	s := grpc.NewServer(opts...)
-	moonraftpb.RegisterMasterServer(s, &server{b: b})
+	moonraftpb.RegisterMasterServer(s, &server{b: b, lim: lim})
 	return s
 }
 
@@ -47,7 +59,8 @@ func NewServer(b Backend, opts ...grpc.ServerOption) *grpc.Server {
 // checks what the FSM never sees, such as the length of a batch.
 type server struct {
 	moonraftpb.UnimplementedMasterServer
-	b Backend
+	b   Backend
+	lim Limits
 }
 
 func (s *server) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, *moonraftpb.Status) {
@@ -87,7 +100,7 @@ func (s *server) getReplicaList(ctx context.Context, key string) *moonraftpb.Get
 func (s *server) BatchExistKey(ctx context.Context, req *moonraftpb.BatchExistKeyRequest) (*moonraftpb.BatchExistKeyResponse, error) {
 	keys := req.GetKeys()
 	res := make([]*moonraftpb.ExistKeyResponse, len(keys))
-	top := runBatch(len(keys), batchReadParallelism, func(i int) *moonraftpb.Status {
+	top := runBatch(len(keys), s.lim.MaxBatch, batchReadParallelism, func(i int) *moonraftpb.Status {
 		res[i] = s.existKey(ctx, keys[i])
 		return res[i].Status
 	})
@@ -100,7 +113,7 @@ func (s *server) BatchExistKey(ctx context.Context, req *moonraftpb.BatchExistKe
 func (s *server) BatchGetReplicaList(ctx context.Context, req *moonraftpb.BatchGetReplicaListRequest) (*moonraftpb.BatchGetReplicaListResponse, error) {
 	keys := req.GetKeys()
 	res := make([]*moonraftpb.GetReplicaListResponse, len(keys))
-	top := runBatch(len(keys), batchReadParallelism, func(i int) *moonraftpb.Status {
+	top := runBatch(len(keys), s.lim.MaxBatch, batchReadParallelism, func(i int) *moonraftpb.Status {
 		res[i] = s.getReplicaList(ctx, keys[i])
 		return res[i].Status
 	})
@@ -111,6 +124,9 @@ func (s *server) BatchGetReplicaList(ctx context.Context, req *moonraftpb.BatchG
 }
 
 func (s *server) GetReplicaListByRegex(ctx context.Context, req *moonraftpb.GetReplicaListByRegexRequest) (*moonraftpb.GetReplicaListByRegexResponse, error) {
+	if err := s.checkRegex(req.GetRegex()); err != nil {
+		return &moonraftpb.GetReplicaListByRegexResponse{Status: statusOf(err)}, nil
+	}
 	objs, err := s.b.GetReplicaListByRegex(ctx, req.GetRegex())
 	resp := &moonraftpb.GetReplicaListByRegexResponse{Status: statusOf(err)}
 	for _, o := range objs {
@@ -155,8 +171,8 @@ func (s *server) PutRevoke(ctx context.Context, req *moonraftpb.PutRevokeRequest
 // request order (two items of one key meet the FSM as the client gave
 // them). It returns the top-level status and, when that is OK, the results.
 func (s *server) proposeBatch(ctx context.Context, cmds []fsm.Command) (*moonraftpb.Status, []fsm.Result) {
-	if len(cmds) > MaxBatch {
-		return statusOf(errcode.New(errcode.InvalidParams, "batch of %d items, the limit is %d", len(cmds), MaxBatch)), nil
+	if len(cmds) > s.lim.MaxBatch {
+		return statusOf(batchTooLong(len(cmds), s.lim.MaxBatch)), nil
 	}
 	if len(cmds) == 0 {
 		return statusOf(nil), nil
@@ -216,6 +232,9 @@ func (s *server) Remove(ctx context.Context, req *moonraftpb.RemoveRequest) (*mo
 }
 
 func (s *server) RemoveByRegex(ctx context.Context, req *moonraftpb.RemoveByRegexRequest) (*moonraftpb.RemoveByRegexResponse, error) {
+	if err := s.checkRegex(req.GetRegex()); err != nil {
+		return &moonraftpb.RemoveByRegexResponse{Status: statusOf(err)}, nil
+	}
 	r, st := s.propose(ctx, &fsm.RemoveByRegex{NowMs: s.b.Now(), Regex: req.GetRegex(), Force: req.GetForce()})
 	return &moonraftpb.RemoveByRegexResponse{Status: st, Removed: r.Removed}, nil
 }
@@ -313,6 +332,10 @@ func grpcError(st *moonraftpb.Status) error {
 		c = codes.FailedPrecondition
 	case errcode.UnavailableInCurrentStatus:
 		c = codes.Unavailable
+	case errcode.PermissionDenied:
+		c = codes.PermissionDenied
+	case errcode.TooManyRequests:
+		c = codes.ResourceExhausted
 	case errcode.InvalidParams, errcode.InvalidKey:
 		c = codes.InvalidArgument
 	}
@@ -361,6 +384,19 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+func batchTooLong(n, limit int) error {
+	return errcode.New(errcode.InvalidParams, "batch of %d items, the limit is %d", n, limit)
+}
+
+// checkRegex refuses a regex over the server's length limit before it
+// reaches the FSM (whose own limit, fsm.MaxRegexLen, is the upper bound).
+func (s *server) checkRegex(re string) error {
+	if len(re) > s.lim.MaxRegexLen {
+		return errcode.New(errcode.InvalidParams, "regex is %d bytes, the limit is %d", len(re), s.lim.MaxRegexLen)
+	}
+	return nil
+}
+
 func isOK(st *moonraftpb.Status) bool { return st.GetCode() == int32(errcode.OK) }
 
 // notServing says the node could not serve the request at all (follower, no
@@ -373,9 +409,9 @@ func notServing(st *moonraftpb.Status) bool {
 // batch's top-level status. The first item runs alone: if it finds the node
 // not serving, the whole batch is answered with its status, and a client
 // retries the batch at the leader.
-func runBatch(n, parallel int, item func(i int) *moonraftpb.Status) *moonraftpb.Status {
-	if n > MaxBatch {
-		return statusOf(errcode.New(errcode.InvalidParams, "batch of %d items, the limit is %d", n, MaxBatch))
+func runBatch(n, maxBatch, parallel int, item func(i int) *moonraftpb.Status) *moonraftpb.Status {
+	if n > maxBatch {
+		return statusOf(batchTooLong(n, maxBatch))
 	}
 	if n == 0 {
 		return statusOf(nil)

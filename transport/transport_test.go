@@ -290,6 +290,8 @@ func TestStatusMapping(t *testing.T) {
 		{"read deadline", context.DeadlineExceeded, false, errcode.UnavailableInCurrentStatus, true, ""},
 		{"write deadline", context.DeadlineExceeded, true, errcode.OutcomeUnknown, false, ""},
 		{"write refused", errcode.New(errcode.NotLeader, "h:1"), true, errcode.NotLeader, true, "h:1"},
+		{"no admin token", errcode.New(errcode.PermissionDenied, "admin"), false, errcode.PermissionDenied, false, ""},
+		{"in-flight cap", errcode.New(errcode.TooManyRequests, "busy"), true, errcode.TooManyRequests, true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -21,7 +21,14 @@ import (
 	"github.com/moonraft/moonraft/transport"
 )
 
-const usage = `usage: moonctl [--endpoints host:port,...] [--json] [--timeout D] COMMAND [ARGS]
+const usage = `usage: moonctl [--endpoints host:port,...] [--json] [--timeout D]
+               [--tls-cert F --tls-key F] [--tls-ca F] [--tls-server-name N]
+               [--admin-token-file F | --admin-token T] COMMAND [ARGS]
+
+TLS: --tls-ca verifies the masters (turns TLS on); --tls-cert/--tls-key is the
+client certificate masters with a CA require. Admin commands (members, leader
+transfer, snapshot save/restore, rm --all) need the admin token when the
+masters have one.
 
 commands:
   status                                   every node: id, addresses, role, term, applied index and seq, digest
@@ -67,6 +74,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	endpoints := g.String("endpoints", "127.0.0.1:7100", "comma-separated gRPC addresses of cluster members")
 	asJSON := g.Bool("json", false, "print JSON")
 	timeout := g.Duration("timeout", 10*time.Second, "give up after this long (snapshot commands: 30m unless given)")
+	var tlsFiles transport.TLSFiles
+	g.StringVar(&tlsFiles.Cert, "tls-cert", "", "client certificate (PEM)")
+	g.StringVar(&tlsFiles.Key, "tls-key", "", "client key (PEM)")
+	g.StringVar(&tlsFiles.CA, "tls-ca", "", "CA that signs the masters' certificates (PEM)")
+	g.StringVar(&tlsFiles.ServerName, "tls-server-name", "", "name to verify in the masters' certificates instead of the host dialled")
+	tokenFile := g.String("admin-token-file", "", "file holding the admin token")
+	token := g.String("admin-token", "", "the admin token (visible to other users in ps; prefer --admin-token-file)")
 	if err := g.Parse(args); err != nil {
 		return 2
 	}
@@ -75,7 +89,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c := &cli{out: stdout, errOut: stderr, json: *asJSON, endpoints: splitList(*endpoints)}
-	client, err := transport.Dial(transport.ClientConfig{Endpoints: c.endpoints})
+	ccfg := transport.ClientConfig{Endpoints: c.endpoints, AdminToken: *token}
+	if *tokenFile != "" {
+		if *token != "" {
+			return c.fail(errcode.New(errcode.InvalidParams, "give --admin-token-file or --admin-token, not both"))
+		}
+		tok, err := transport.ReadTokenFile(*tokenFile)
+		if err != nil {
+			return c.fail(err)
+		}
+		ccfg.AdminToken = tok
+	}
+	if tlsFiles.Enabled() {
+		tc, err := tlsFiles.ClientConfig()
+		if err != nil {
+			return c.fail(err)
+		}
+		ccfg.TLS = tc
+	}
+	client, err := transport.Dial(ccfg)
 	if err != nil {
 		return c.fail(err)
 	}

@@ -1,5 +1,6 @@
 // Command moonraft (built from cmd/node) runs one moonraft server. It only
-// parses flags and signals; everything else lives in node/.
+// parses flags (and the config file, whose keys are the flag names) and
+// signals; everything else lives in node/.
 package main
 
 import (
@@ -9,11 +10,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/node"
+	"github.com/moonraft/moonraft/transport"
 )
 
 func main() {
@@ -23,17 +27,50 @@ func main() {
 	}
 }
 
-func run(args []string) error {
-	if len(args) > 0 && args[0] == "etcd" {
-		return runEtcd(args[1:])
+// options is a parsed command line: the node's configuration and the mode
+// to run in.
+type options struct {
+	cfg            node.Config
+	dev            bool
+	followEtcd     bool
+	followSnapshot string
+}
+
+// parseArgs parses the flags, then the --config file for the flags not
+// given on the command line, and builds the node configuration.
+func parseArgs(args []string) (*options, error) {
+	o := &options{cfg: node.DefaultConfig()}
+	fs, configFile, finish := newFlags(o)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
 	}
-	cfg := node.DefaultConfig()
-	fs := flag.NewFlagSet("moonraft", flag.ContinueOnError)
+	if fs.NArg() > 0 {
+		return nil, errcode.New(errcode.InvalidParams, "unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	if *configFile != "" {
+		onCommandLine := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+		if err := applyConfigFile(fs, *configFile, onCommandLine); err != nil {
+			return nil, err
+		}
+	}
+	if err := finish(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// newFlags defines every flag on a new FlagSet, writing into o; finish
+// turns the parsed values into o.cfg once flags and config file are read.
+func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() error) {
+	cfg := &o.cfg
+	fs = flag.NewFlagSet("moonraft", flag.ContinueOnError)
+	configFile = fs.String("config", "", "HCL (or JSON) file whose keys are these flag names, e.g. raft-addr = \"10.0.0.1:7200\"; flags given on the command line win")
 	fs.StringVar(&cfg.ID, "id", "", "node id, unique in the cluster (required)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for the Raft log and snapshots (required)")
 	fs.StringVar(&cfg.RaftAddr, "raft-addr", "127.0.0.1:7200", "host:port for Raft traffic, advertised to peers")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:7100", "host:port for clients (gRPC)")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", "", "host:port for /healthz, /readyz and /status (empty: off)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", "", "host:port for /metrics, /healthz, /readyz and /status (empty: off)")
 	fs.BoolVar(&cfg.Bootstrap, "bootstrap", false, "form a new cluster from --peers if the data dir is empty")
 	peers := fs.String("peers", "", "initial members id=raft-addr,... (identical on every bootstrapping node)")
 	raftDial := fs.String("raft-dial", "", "id=host:port,...: dial these peers at these addresses instead of their advertised ones (NAT, proxies)")
@@ -56,26 +93,65 @@ func run(args []string) error {
 	fs.BoolVar(&cfg.ExportRenewals, "etcd-export-renewals", cfg.ExportRenewals, "write lease renewals to etcd once a second")
 	fs.Uint64Var(&cfg.OplogRetain, "oplog-retain", cfg.OplogRetain, "OpLog entries kept in etcd behind the last snapshot")
 	fs.Uint64Var(&cfg.Params.ExportRingCap, "export-ring", cfg.Params.ExportRingCap, "OpLog entries held while etcd is unreachable before writes are refused")
-	etcdCert := fs.String("etcd-cert", "", "client certificate for etcd (PEM)")
-	etcdKey := fs.String("etcd-key", "", "client key for etcd (PEM)")
-	etcdCA := fs.String("etcd-ca", "", "CA that signed etcd's server certificate (PEM)")
+	etcdCert := fs.String("etcd-cert", "", "client certificate for etcd (PEM; default --tls-cert when an etcd endpoint is https://)")
+	etcdKey := fs.String("etcd-key", "", "client key for etcd (PEM; default --tls-key likewise)")
+	etcdCA := fs.String("etcd-ca", "", "CA that signed etcd's server certificate (PEM; default --tls-ca likewise)")
+	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "this node's certificate (PEM) for gRPC and Raft, server and client usage; turns TLS on")
+	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "the private key of --tls-cert (PEM)")
+	fs.StringVar(&cfg.TLS.CA, "tls-ca", "", "CA bundle (PEM) that signs peers' and clients' certificates; requires mutual TLS on gRPC and Raft")
+	fs.StringVar(&cfg.TLS.ServerName, "tls-server-name", "", "name to verify in peers' certificates instead of the address dialled (e.g. one name shared by all nodes)")
+	fs.BoolVar(&cfg.HTTPTLS, "http-tls", false, "serve --http-addr over TLS with --tls-cert (client certificates checked if presented, not required)")
+	tokenFile := fs.String("admin-token-file", "", "file holding the token admin RPCs must carry (members, leadership, snapshots, RemoveAll); empty: no admin auth")
+	fs.IntVar(&cfg.Limits.MaxMessageBytes, "max-message-bytes", transport.MaxMessageBytes, "largest gRPC message accepted or sent (at least 2 MiB)")
+	fs.IntVar(&cfg.Limits.MaxBatch, "max-batch", transport.MaxBatch, "most keys or items in one batch RPC")
+	fs.IntVar(&cfg.Limits.MaxRegexLen, "max-regex-len", 4096, "longest regex of GetReplicaListByRegex and RemoveByRegex (at most 4096)")
+	fs.IntVar(&cfg.Limits.MaxInFlightPerClient, "max-in-flight-per-client", transport.DefaultMaxInFlightPerClient, "requests one client (client id, else connection) may have in progress at once; -1: no cap")
 	dev := fs.Bool("dev", false, "one-node cluster with an embedded etcd in a temporary directory, for trying moonraft out")
 	followEtcd := fs.Bool("follow-etcd", false, "run a read-only observer that follows the OpLog in etcd instead of a Raft node")
 	followSnapshot := fs.String("snapshot", "", "with --follow-etcd: start from this snapshot file instead of seq 1")
-	if err := fs.Parse(args); err != nil {
-		return err
+	return fs, configFile, func() error {
+		return o.finish(finishArgs{peers: *peers, raftDial: *raftDial, leaseTTL: *leaseTTL, softPinTTL: *softPinTTL,
+			clientTTL: *clientTTL, highWatermark: *highWatermark, evictionRatio: *evictionRatio, logLevel: *logLevel, etcdEndpoints: *etcdEndpoints,
+			etcdCert: *etcdCert, etcdKey: *etcdKey, etcdCA: *etcdCA, tokenFile: *tokenFile, dev: *dev, followEtcd: *followEtcd, followSnapshot: *followSnapshot})
 	}
-	cfg.Etcd.Endpoints = splitList(*etcdEndpoints)
+}
+
+// finishArgs are the flags that need converting into the configuration.
+type finishArgs struct {
+	peers, raftDial                 string
+	leaseTTL, softPinTTL, clientTTL time.Duration
+	highWatermark, evictionRatio    float64
+	logLevel, etcdEndpoints         string
+	etcdCert, etcdKey, etcdCA       string
+	tokenFile                       string
+	dev, followEtcd                 bool
+	followSnapshot                  string
+}
+
+func (o *options) finish(a finishArgs) error {
+	cfg := &o.cfg
+	o.dev, o.followEtcd, o.followSnapshot = a.dev, a.followEtcd, a.followSnapshot
+	cfg.Etcd.Endpoints = splitList(a.etcdEndpoints)
 	cfg.Etcd.ClusterID = cfg.ClusterID
-	tlsCfg, err := etcdTLS(*etcdCert, *etcdKey, *etcdCA)
+	// The node's TLS files default the etcd client's when etcd is reached
+	// over https:// and no --etcd-* file is given.
+	if a.etcdCert == "" && a.etcdKey == "" && a.etcdCA == "" && cfg.TLS.Enabled() && anyHTTPS(cfg.Etcd.Endpoints) {
+		a.etcdCert, a.etcdKey, a.etcdCA = cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.CA
+	}
+	tlsCfg, err := etcdTLS(a.etcdCert, a.etcdKey, a.etcdCA)
 	if err != nil {
 		return err
 	}
 	cfg.Etcd.TLS = tlsCfg
-	if cfg.Peers, err = node.ParsePeers(*peers); err != nil {
+	if a.tokenFile != "" {
+		if cfg.AdminToken, err = transport.ReadTokenFile(a.tokenFile); err != nil {
+			return err
+		}
+	}
+	if cfg.Peers, err = node.ParsePeers(a.peers); err != nil {
 		return err
 	}
-	dials, err := node.ParsePeers(*raftDial)
+	dials, err := node.ParsePeers(a.raftDial)
 	if err != nil {
 		return err
 	}
@@ -85,22 +161,45 @@ func run(args []string) error {
 		}
 		cfg.RaftDial[d.ID] = d.RaftAddr
 	}
-	cfg.Params.LeaseTTLMs = leaseTTL.Milliseconds()
-	cfg.Params.SoftPinTTLMs = softPinTTL.Milliseconds()
-	cfg.Params.ClientTTLMs = clientTTL.Milliseconds()
-	cfg.Params.HighWatermarkPPM = uint64(*highWatermark*1e6 + 0.5)
-	cfg.Params.EvictionRatioPPM = uint64(*evictionRatio*1e6 + 0.5)
+	cfg.Params.LeaseTTLMs = a.leaseTTL.Milliseconds()
+	cfg.Params.SoftPinTTLMs = a.softPinTTL.Milliseconds()
+	cfg.Params.ClientTTLMs = a.clientTTL.Milliseconds()
+	cfg.Params.HighWatermarkPPM = uint64(a.highWatermark*1e6 + 0.5)
+	cfg.Params.EvictionRatioPPM = uint64(a.evictionRatio*1e6 + 0.5)
 	if cfg.LeaderLeaseTimeout > cfg.HeartbeatTimeout {
 		cfg.LeaderLeaseTimeout = cfg.HeartbeatTimeout
 	}
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "moonraft", Level: hclog.LevelFromString(*logLevel)})
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "moonraft", Level: hclog.LevelFromString(a.logLevel)})
+	return nil
+}
 
+func anyHTTPS(endpoints []string) bool {
+	for _, e := range endpoints {
+		if strings.HasPrefix(e, "https://") {
+			return true
+		}
+	}
+	return false
+}
+
+func run(args []string) error {
+	if len(args) > 0 && args[0] == "etcd" {
+		return runEtcd(args[1:])
+	}
+	o, err := parseArgs(args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	cfg := o.cfg
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if *followEtcd {
-		return follow(ctx, cfg, *followSnapshot)
+	if o.followEtcd {
+		return follow(ctx, cfg, o.followSnapshot)
 	}
-	if *dev {
+	if o.dev {
 		cleanup, err := devMode(&cfg)
 		if err != nil {
 			return err

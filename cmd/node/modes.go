@@ -116,7 +116,8 @@ func follow(ctx context.Context, cfg node.Config, snapshot string) error {
 	if id == "" {
 		id = "etcd-follower"
 	}
-	f, err := node.StartEtcdFollower(node.FollowerConfig{ID: id, GRPCAddr: cfg.GRPCAddr, Etcd: cfg.Etcd, Snapshot: snapshot, Logger: cfg.Logger})
+	f, err := node.StartEtcdFollower(node.FollowerConfig{ID: id, GRPCAddr: cfg.GRPCAddr, Etcd: cfg.Etcd, Snapshot: snapshot,
+		TLS: cfg.TLS, Limits: cfg.Limits, Logger: cfg.Logger})
 	if err != nil {
 		return err
 	}

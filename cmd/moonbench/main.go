@@ -1,0 +1,139 @@
+// Command moonbench measures moonraft: throughput and latency of its
+// workloads over a sweep of client counts, replication lag, etcd load and
+// failover — and, with --baseline raw-etcd-watch, the same workload on the
+// source notes' design in the same run, with moonraft/baseline ratios.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type config struct {
+	endpoints   []string
+	local       bool
+	moonraftBin string
+	workloads   []string
+	batch       int
+	clients     []int
+	duration    time.Duration
+	warmup      time.Duration
+	ops         int
+	keys        int
+	failover    int
+	baseline    string
+	jsonOut     string
+	plotOut     string
+	verbose     bool
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "moonbench:", err)
+		os.Exit(1)
+	}
+}
+
+func parse(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("moonbench", flag.ContinueOnError)
+	endpoints := fs.String("endpoints", "", "gRPC addresses of a running cluster (comma-separated); or use --local")
+	fs.BoolVar(&c.local, "local", false, "start an embedded etcd and three moonraft nodes on loopback, torn down at the end")
+	self, _ := os.Executable()
+	fs.StringVar(&c.moonraftBin, "moonraft-bin", filepath.Join(filepath.Dir(self), "moonraft"), "moonraft binary for --local")
+	workloads := fs.String("workload", "put", "comma-separated: put, get, mixed (90% get), batch-put, batch-get, evict")
+	fs.IntVar(&c.batch, "batch", 32, "items per call in the batch workloads")
+	clients := fs.String("clients", "1,8,64,256", "concurrency sweep: client counts, comma-separated")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per step (after warm-up)")
+	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "time per step before measuring")
+	fs.IntVar(&c.ops, "ops", 0, "measured operations per step instead of --duration (0: use --duration)")
+	fs.IntVar(&c.keys, "keys", 10_000, "keys the get workloads read (written first)")
+	fs.IntVar(&c.failover, "failover", 0, "kill the leader this many times under a steady write load (--local only)")
+	fs.StringVar(&c.baseline, "baseline", "", `"raw-etcd-watch": also run the source notes' design and compare`)
+	fs.StringVar(&c.jsonOut, "json", "", "write every result to this file as JSON")
+	fs.StringVar(&c.plotOut, "plot", "", "draw latency against throughput to this SVG file")
+	fs.BoolVar(&c.verbose, "v", false, "show the systems' logs")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.endpoints = splitList(*endpoints)
+	c.workloads = splitList(*workloads)
+	for _, w := range c.workloads {
+		if _, ok := workloadByName[w]; !ok {
+			return c, fmt.Errorf("unknown workload %q (put, get, mixed, batch-put, batch-get, evict)", w)
+		}
+	}
+	for _, s := range splitList(*clients) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("--clients: %q is not a positive number", s)
+		}
+		c.clients = append(c.clients, n)
+	}
+	switch {
+	case c.local == (len(c.endpoints) > 0):
+		return c, fmt.Errorf("give either --endpoints or --local")
+	case c.baseline != "" && c.baseline != "raw-etcd-watch":
+		return c, fmt.Errorf(`--baseline: only "raw-etcd-watch" exists`)
+	case c.baseline != "" && !c.local:
+		return c, fmt.Errorf("--baseline needs --local (it starts its own etcd and standbys)")
+	case c.failover > 0 && !c.local:
+		return c, fmt.Errorf("--failover needs --local (it kills and restarts nodes)")
+	case c.batch < 1:
+		return c, fmt.Errorf("--batch must be positive")
+	}
+	return c, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func run(args []string) error {
+	cfg, err := parse(args)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep := &report{Machine: machine(), Date: time.Now().UTC().Format(time.RFC3339), Args: strings.Join(args, " ")}
+
+	sys, err := openMoonraft(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	err = sweep(ctx, cfg, sys, rep)
+	if err == nil && cfg.failover > 0 {
+		rep.Failover, err = measureFailover(ctx, cfg, sys.(*localCluster))
+	}
+	sys.close()
+	if err != nil {
+		return err
+	}
+	if cfg.baseline != "" {
+		base, err := openBaseline(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		err = sweep(ctx, cfg, base, rep)
+		base.close()
+		if err != nil {
+			return err
+		}
+	}
+	return rep.output(os.Stdout, cfg)
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--local"}, ""},
+		{[]string{"--endpoints", "a:1,b:2", "--workload", "get,mixed", "--clients", "1,2"}, ""},
+		{[]string{}, "either --endpoints or --local"},
+		{[]string{"--local", "--endpoints", "a:1"}, "either --endpoints or --local"},
+		{[]string{"--local", "--workload", "nope"}, `unknown workload "nope"`},
+		{[]string{"--local", "--clients", "1,x"}, `"x" is not a positive number`},
+		{[]string{"--local", "--clients", "0"}, `"0" is not a positive number`},
+		{[]string{"--local", "--baseline", "other"}, "only"},
+		{[]string{"--endpoints", "a:1", "--baseline", "raw-etcd-watch"}, "--baseline needs --local"},
+		{[]string{"--endpoints", "a:1", "--failover", "3"}, "--failover needs --local"},
+		{[]string{"--local", "--batch", "0"}, "--batch must be positive"},
+	}
+	for _, tt := range tests {
+		_, err := parse(tt.args)
+		if tt.err == "" {
+			assert.NoError(t, err, "%v", tt.args)
+		} else {
+			assert.ErrorContains(t, err, tt.err, "%v", tt.args)
+		}
+	}
+}
+
+func TestAckTracker(t *testing.T) {
+	a := ackTracker{acked: map[uint64]bool{}}
+	assert.Equal(t, uint64(0), a.ack(2), "1 is still missing")
+	assert.Equal(t, uint64(0), a.ack(3))
+	assert.Equal(t, uint64(3), a.ack(1), "the prefix 1..3 is complete")
+	assert.Equal(t, uint64(4), a.ack(4))
+	assert.Empty(t, a.acked)
+}
+
+func TestQuantileAndRatios(t *testing.T) {
+	d := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	assert.Equal(t, time.Duration(5), quantile(d, 0.5))
+	assert.Equal(t, time.Duration(10), quantile(d, 1))
+	assert.Zero(t, quantile(nil, 0.5))
+	r := &report{Steps: []stepResult{
+		{System: "moonraft", Workload: "put", Clients: 8, OpsPerSec: 1000, P99Ms: 2, LagP99Ms: 5},
+		{System: "raw-etcd-watch", Workload: "put", Clients: 8, OpsPerSec: 100, P99Ms: 8, LagP99Ms: 0},
+		{System: "moonraft", Workload: "get", Clients: 8, OpsPerSec: 5},
+	}}
+	rs := r.ratios()
+	require.Len(t, rs, 1, "only steps both systems ran")
+	assert.Equal(t, ratio{"put", 8, 10, 0.25, 0}, rs[0], "a zero denominator gives 0, not Inf")
+}
+
+func TestOutput(t *testing.T) {
+	dir := t.TempDir()
+	r := &report{Machine: "m", Steps: []stepResult{
+		{System: "moonraft", Workload: "put", Clients: 1, OpsPerSec: 100, P99Ms: 2},
+		{System: "moonraft", Workload: "put", Clients: 8, OpsPerSec: 700, P99Ms: 4, Errors: 1, FirstError: "NO_AVAILABLE_HANDLE: x"},
+	}, Failover: &failoverResult{GapsMs: []float64{500, 700}, P50Ms: 700, MaxMs: 700, Clients: 8}}
+	var out bytes.Buffer
+	cfg := config{jsonOut: filepath.Join(dir, "r.json"), plotOut: filepath.Join(dir, "p.svg")}
+	require.NoError(t, r.output(&out, cfg))
+	assert.Contains(t, out.String(), "first: NO_AVAILABLE_HANDLE")
+	assert.Contains(t, out.String(), "failover: 2 leader kills")
+	svg, err := os.ReadFile(cfg.plotOut)
+	require.NoError(t, err)
+	assert.True(t, strings.Contains(string(svg), "<svg"), "an SVG file")
+	js, err := os.ReadFile(cfg.jsonOut)
+	require.NoError(t, err)
+	assert.Contains(t, string(js), `"ops_per_sec": 700`)
+}
+
+// TestBaselineSweep runs the raw-etcd-watch baseline for real (embedded
+// etcd, primary, two standbys) through a short put step: the workload
+// runs, etcd is written once per operation, and the standbys follow.
+func TestBaselineSweep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := config{workloads: []string{"put"}, clients: []int{4}, duration: time.Second, warmup: 200 * time.Millisecond, batch: 8, keys: 10}
+	b, err := openBaseline(ctx, cfg)
+	require.NoError(t, err)
+	defer b.close()
+	rep := &report{}
+	require.NoError(t, sweep(ctx, cfg, b, rep))
+	require.Len(t, rep.Steps, 1)
+	s := rep.Steps[0]
+	assert.Positive(t, s.Ops)
+	assert.Zero(t, s.Errors, s.FirstError)
+	assert.InDelta(t, 1000, s.EtcdTxnsPer1kOps, 150, "the notes' design: one etcd put per write")
+	leader, standbys, err := b.positions(ctx)
+	require.NoError(t, err)
+	require.Len(t, standbys, 2)
+	require.Eventually(t, func() bool {
+		leader, standbys, _ = b.positions(ctx)
+		return standbys[0] == leader && standbys[1] == leader
+	}, 10*time.Second, 10*time.Millisecond, "standbys reach the primary's seq")
+}

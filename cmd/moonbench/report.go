@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+type report struct {
+	Machine  string          `json:"machine"`
+	Date     string          `json:"date"`
+	Args     string          `json:"args"`
+	Steps    []stepResult    `json:"steps"`
+	Failover *failoverResult `json:"failover,omitempty"`
+}
+
+// machine describes where the numbers were taken.
+func machine() string {
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err == nil {
+			mem = fmt.Sprintf(", %.0f GiB", float64(kb)/(1<<20))
+		}
+	}
+	return fmt.Sprintf("%d cores%s, %s/%s, %s", runtime.NumCPU(), mem, runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+func (r *report) output(w io.Writer, cfg config) error {
+	fmt.Fprintf(w, "moonbench %s\nmachine: %s\ndate: %s\n\n", r.Args, r.Machine, r.Date)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\tworkload\tclients\tops/s\tp50 ms\tp99 ms\tp99.9 ms\terrors\tetcd txn/s\tetcd txn/1k ops\tetcd KB/1k ops\tstandby lag p50 ms\tstandby lag p99 ms\t")
+	for _, s := range r.Steps {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%.0f\t%.1f\t%.0f\t%.1f\t%.1f\t\n", s.System, s.Workload, s.Clients, s.OpsPerSec,
+			s.P50Ms, s.P99Ms, s.P999Ms, s.Errors, s.EtcdTxnsPerSec, s.EtcdTxnsPer1kOps, s.EtcdBytesPer1kOps/1000, s.LagP50Ms, s.LagP99Ms)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range r.Steps {
+		if s.FirstError != "" {
+			fmt.Fprintf(w, "%s %s clients=%d: %d errors, first: %s\n", s.System, s.Workload, s.Clients, s.Errors, s.FirstError)
+		}
+	}
+	if ratios := r.ratios(); len(ratios) > 0 {
+		fmt.Fprintln(w, "\nmoonraft / raw-etcd-watch")
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "workload\tclients\tthroughput ×\tp99 latency ×\tstandby lag p99 ×\t")
+		for _, x := range ratios {
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t\n", x.workload, x.clients, x.throughput, x.p99, x.lag)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if f := r.Failover; f != nil {
+		fmt.Fprintf(w, "\nfailover: %d leader kills under %d writers; window without successful writes p50 %.0f ms, max %.0f ms (all: %v ms)\n",
+			len(f.GapsMs), f.Clients, f.P50Ms, f.MaxMs, f.GapsMs)
+	}
+	if cfg.jsonOut != "" {
+		b, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(cfg.jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if cfg.plotOut != "" {
+		return r.plot(cfg.plotOut)
+	}
+	return nil
+}
+
+type ratio struct {
+	workload             string
+	clients              int
+	throughput, p99, lag float64
+}
+
+func (r *report) ratios() []ratio {
+	base := map[string]stepResult{}
+	for _, s := range r.Steps {
+		if s.System == "raw-etcd-watch" {
+			base[fmt.Sprint(s.Workload, s.Clients)] = s
+		}
+	}
+	var out []ratio
+	for _, s := range r.Steps {
+		b, ok := base[fmt.Sprint(s.Workload, s.Clients)]
+		if s.System != "moonraft" || !ok {
+			continue
+		}
+		out = append(out, ratio{s.Workload, s.Clients, div(s.OpsPerSec, b.OpsPerSec), div(s.P99Ms, b.P99Ms), div(s.LagP99Ms, b.LagP99Ms)})
+	}
+	return out
+}
+
+func div(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// plot draws p99 latency against throughput, one line per system and
+// workload, points in sweep order.
+func (r *report) plot(path string) error {
+	p := plot.New()
+	p.Title.Text = "moonbench: p99 latency against throughput (" + r.Machine + ")"
+	p.X.Label.Text = "throughput (ops/s)"
+	p.Y.Label.Text = "p99 latency (ms)"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top = true
+	var order []string
+	series := map[string]plotter.XYs{}
+	for _, s := range r.Steps {
+		if s.OpsPerSec == 0 || s.P99Ms == 0 {
+			continue
+		}
+		k := s.System + " " + s.Workload
+		if _, ok := series[k]; !ok {
+			order = append(order, k)
+		}
+		series[k] = append(series[k], plotter.XY{X: s.OpsPerSec, Y: s.P99Ms})
+	}
+	for i, k := range order {
+		l, pts, err := plotter.NewLinePoints(series[k])
+		if err != nil {
+			return err
+		}
+		c := plotutil.Color(i)
+		if strings.HasPrefix(k, "raw-etcd-watch") {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+		}
+		l.Color, pts.Color = c, c
+		pts.Shape = plotutil.Shape(i)
+		p.Add(l, pts)
+		p.Legend.Add(k, l, pts)
+	}
+	p.Add(plotter.NewGrid())
+	return p.Save(9*vg.Inch, 6*vg.Inch, path)
+}

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/transport"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// system is what a sweep runs against: moonraft, or the baseline.
+type system interface {
+	name() string
+	client() *transport.Client
+	// positions reports the leader's progress and each standby's, in the
+	// same unit (applied index, or OpLog seq), for replication lag.
+	positions(ctx context.Context) (leader uint64, standbys []uint64, err error)
+	// etcd is this system's etcd load so far (zero when unknown).
+	etcd() etcdLoad
+	close()
+}
+
+// etcdLoad is cumulative etcd load: committed proposals (one per write
+// transaction or lease grant) and bytes received from clients.
+type etcdLoad struct {
+	txns, bytes float64
+	known       bool
+}
+
+// embeddedEtcdLoad reads the embedded etcd's own counters: it registers
+// them in the process's default Prometheus registry. Only one embedded etcd
+// runs at a time, so the totals are its own.
+func embeddedEtcdLoad() etcdLoad {
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		return etcdLoad{}
+	}
+	var l etcdLoad
+	for _, mf := range mfs {
+		var v float64
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.GetCounter() != nil:
+				v += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				v += m.GetGauge().GetValue()
+			}
+		}
+		switch mf.GetName() {
+		case "etcd_server_proposals_committed_total":
+			l.txns, l.known = v, true
+		case "etcd_network_client_grpc_received_bytes_total":
+			l.bytes = v
+		}
+	}
+	return l
+}
+
+// remoteCluster is a running cluster given by --endpoints.
+type remoteCluster struct {
+	cl        *transport.Client
+	endpoints []string
+}
+
+func (r *remoteCluster) name() string              { return "moonraft" }
+func (r *remoteCluster) client() *transport.Client { return r.cl }
+func (r *remoteCluster) etcd() etcdLoad            { return etcdLoad{} }
+func (r *remoteCluster) close()                    { r.cl.Close() }
+
+func (r *remoteCluster) positions(ctx context.Context) (uint64, []uint64, error) {
+	return statusPositions(ctx, r.cl, r.endpoints)
+}
+
+// statusPositions reads every node's applied index: the promoted leader's
+// and the others'.
+func statusPositions(ctx context.Context, cl *transport.Client, endpoints []string) (uint64, []uint64, error) {
+	var leader uint64
+	var standbys []uint64
+	found := false
+	for _, ep := range endpoints {
+		st, err := cl.Status(ctx, ep)
+		if err != nil {
+			return 0, nil, err
+		}
+		if st.Role == "leader" && st.Promoted {
+			leader, found = st.AppliedIndex, true
+		} else {
+			standbys = append(standbys, st.AppliedIndex)
+		}
+	}
+	if !found {
+		return 0, nil, errors.New("no promoted leader")
+	}
+	return leader, standbys, nil
+}
+
+func openMoonraft(ctx context.Context, cfg config) (system, error) {
+	if !cfg.local {
+		cl, err := transport.Dial(transport.ClientConfig{Endpoints: cfg.endpoints})
+		if err != nil {
+			return nil, err
+		}
+		return &remoteCluster{cl: cl, endpoints: cfg.endpoints}, nil
+	}
+	return startLocal(ctx, cfg)
+}
+
+// localCluster is --local: an embedded etcd and three moonraft processes.
+type localCluster struct {
+	dir   string
+	etcdE *etcdbridge.Embedded
+	procs []*proc
+	cl    *transport.Client
+}
+
+type proc struct {
+	id, grpc string
+	args     []string
+	cmd      *exec.Cmd
+	done     chan struct{}
+	log      io.Writer
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func startLocal(ctx context.Context, cfg config) (*localCluster, error) {
+	if _, err := os.Stat(cfg.moonraftBin); err != nil {
+		return nil, fmt.Errorf("--local needs the moonraft binary (%v): run make build, or pass --moonraft-bin", err)
+	}
+	dir, err := os.MkdirTemp("", "moonbench-")
+	if err != nil {
+		return nil, err
+	}
+	lc := &localCluster{dir: dir}
+	progressf("starting embedded etcd and three moonraft nodes in %s", dir)
+	if lc.etcdE, err = etcdbridge.StartEmbedded(filepath.Join(dir, "etcd"), "", ""); err != nil {
+		lc.close()
+		return nil, err
+	}
+	var peers []string
+	raftAddrs := map[string]string{}
+	for i := 0; i < 3; i++ {
+		id := fmt.Sprintf("n%d", i)
+		g, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		r, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		raftAddrs[id] = r
+		peers = append(peers, id+"="+r)
+		lc.procs = append(lc.procs, &proc{id: id, grpc: g})
+	}
+	for _, p := range lc.procs {
+		p.args = []string{"--id", p.id, "--data-dir", filepath.Join(dir, p.id), "--raft-addr", raftAddrs[p.id], "--grpc-addr", p.grpc,
+			"--bootstrap", "--peers", strings.Join(peers, ","), "--heartbeat-timeout", "300ms", "--election-timeout", "300ms",
+			"--etcd-endpoints", strings.Join(lc.etcdE.Endpoints(), ","), "--log-level", "warn"}
+		p.log = io.Discard
+		if cfg.verbose {
+			p.log = os.Stderr
+		}
+		if err := lc.start(cfg.moonraftBin, p); err != nil {
+			lc.close()
+			return nil, err
+		}
+	}
+	var eps []string
+	for _, p := range lc.procs {
+		eps = append(eps, p.grpc)
+	}
+	if lc.cl, err = transport.Dial(transport.ClientConfig{Endpoints: eps, MaxBackoff: 100 * time.Millisecond}); err != nil {
+		lc.close()
+		return nil, err
+	}
+	if _, err := lc.leader(ctx); err != nil {
+		lc.close()
+		return nil, err
+	}
+	return lc, nil
+}
+
+func (lc *localCluster) start(bin string, p *proc) error {
+	p.cmd = exec.Command(bin, p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		return err
+	}
+	p.done = make(chan struct{})
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	return nil
+}
+
+// leader waits for a promoted leader.
+func (lc *localCluster) leader(ctx context.Context) (*proc, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, p := range lc.procs {
+			sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			st, err := lc.cl.Status(sctx, p.grpc)
+			cancel()
+			if err == nil && st.Role == "leader" && st.Promoted {
+				return p, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil, errors.New("no leader within 30 s")
+}
+
+func (lc *localCluster) name() string              { return "moonraft" }
+func (lc *localCluster) client() *transport.Client { return lc.cl }
+func (lc *localCluster) etcd() etcdLoad            { return embeddedEtcdLoad() }
+
+func (lc *localCluster) positions(ctx context.Context) (uint64, []uint64, error) {
+	var eps []string
+	for _, p := range lc.procs {
+		eps = append(eps, p.grpc)
+	}
+	return statusPositions(ctx, lc.cl, eps)
+}
+
+func (lc *localCluster) close() {
+	if lc.cl != nil {
+		lc.cl.Close()
+	}
+	for _, p := range lc.procs {
+		if p.cmd != nil && p.cmd.Process != nil {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, p := range lc.procs {
+		if p.done == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	if lc.etcdE != nil {
+		_ = lc.etcdE.Close()
+	}
+	os.RemoveAll(lc.dir)
+}
+
+// mountFor gives the benchmark's client room: a few large segments.
+func mountFor(ctx context.Context, cl *transport.Client, clientID string) ([]fsm.SegmentSpec, error) {
+	var segs []fsm.SegmentSpec
+	for i := 0; i < 4; i++ {
+		s := fsm.SegmentSpec{ID: fmt.Sprintf("%s-s%d", clientID, i), Name: fmt.Sprintf("%s-host%d", clientID, i), Base: uint64(i) << 44, Size: 1 << 42}
+		if err := cl.MountSegment(ctx, clientID, s); err != nil {
+			return nil, err
+		}
+		segs = append(segs, s)
+	}
+	return segs, nil
+}

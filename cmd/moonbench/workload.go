@@ -1,0 +1,485 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/transport"
+	"golang.org/x/term"
+)
+
+const benchClient = "moonbench"
+
+// workload is one kind of operation; op performs one (which may carry
+// several items) and returns how many items it did.
+type workload struct {
+	prepare func(ctx context.Context, b *bench) error
+	op      func(ctx context.Context, b *bench, rng *rand.Rand) (int, error)
+	done    func(ctx context.Context, b *bench) error
+}
+
+var workloadByName = map[string]workload{
+	"put":       {op: opPut},
+	"get":       {prepare: prepareKeys, op: opGet},
+	"mixed":     {prepare: prepareKeys, op: opMixed},
+	"batch-put": {op: opBatchPut},
+	"batch-get": {prepare: prepareKeys, op: opBatchGet},
+	"evict":     {prepare: prepareEvict, op: opEvictPut, done: doneEvict},
+}
+
+// bench is the state one system's sweep shares between steps.
+type bench struct {
+	cfg   config
+	cl    *transport.Client
+	segs  []fsm.SegmentSpec
+	keySq atomic.Int64
+	nonce string
+}
+
+func (b *bench) newKey() string { return fmt.Sprintf("%s/%d", b.nonce, b.keySq.Add(1)) }
+
+func (b *bench) readKey(rng *rand.Rand) string {
+	return fmt.Sprintf("%s/read/%d", b.nonce, rng.IntN(b.cfg.keys))
+}
+
+func putPair(ctx context.Context, cl *transport.Client, key string, size uint64) error {
+	if _, err := cl.PutStart(ctx, key, []uint64{size}, transport.ReplicateConfig{ReplicaNum: 1}, benchClient); err != nil {
+		return err
+	}
+	return cl.PutEnd(ctx, key, benchClient)
+}
+
+func opPut(ctx context.Context, b *bench, _ *rand.Rand) (int, error) {
+	return 1, putPair(ctx, b.cl, b.newKey(), 4096)
+}
+
+func opGet(ctx context.Context, b *bench, rng *rand.Rand) (int, error) {
+	_, _, err := b.cl.GetReplicaList(ctx, b.readKey(rng))
+	return 1, err
+}
+
+func opMixed(ctx context.Context, b *bench, rng *rand.Rand) (int, error) {
+	if rng.IntN(10) == 0 {
+		return opPut(ctx, b, rng)
+	}
+	return opGet(ctx, b, rng)
+}
+
+func opBatchPut(ctx context.Context, b *bench, _ *rand.Rand) (int, error) {
+	items := make([]transport.PutStartItem, b.cfg.batch)
+	keys := make([]string, b.cfg.batch)
+	for i := range items {
+		keys[i] = b.newKey()
+		items[i] = transport.PutStartItem{Key: keys[i], SliceLengths: []uint64{4096}, Config: transport.ReplicateConfig{ReplicaNum: 1}, ClientID: benchClient}
+	}
+	rs, err := b.cl.BatchPutStart(ctx, items)
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range rs {
+		if r.Err != nil {
+			return 0, r.Err
+		}
+	}
+	errs, err := b.cl.BatchPutEnd(ctx, benchClient, keys)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range errs {
+		if e != nil {
+			return 0, e
+		}
+	}
+	return len(keys), nil
+}
+
+func opBatchGet(ctx context.Context, b *bench, rng *rand.Rand) (int, error) {
+	keys := make([]string, b.cfg.batch)
+	for i := range keys {
+		keys[i] = b.readKey(rng)
+	}
+	rs, err := b.cl.BatchGetReplicaList(ctx, keys)
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range rs {
+		if r.Err != nil {
+			return 0, r.Err
+		}
+	}
+	return len(keys), nil
+}
+
+// prepareKeys writes the keys the read workloads read, once per system.
+func prepareKeys(ctx context.Context, b *bench) error {
+	if b.keySq.Load() < 0 { // marker: already prepared
+		return nil
+	}
+	const batch = 500
+	for lo := 0; lo < b.cfg.keys; lo += batch {
+		var items []transport.PutStartItem
+		var keys []string
+		for i := lo; i < min(lo+batch, b.cfg.keys); i++ {
+			k := fmt.Sprintf("%s/read/%d", b.nonce, i)
+			keys = append(keys, k)
+			items = append(items, transport.PutStartItem{Key: k, SliceLengths: []uint64{4096}, Config: transport.ReplicateConfig{ReplicaNum: 1}, ClientID: benchClient})
+		}
+		if _, err := b.cl.BatchPutStart(ctx, items); err != nil {
+			return err
+		}
+		if _, err := b.cl.BatchPutEnd(ctx, benchClient, keys); err != nil {
+			return err
+		}
+	}
+	b.keySq.Store(-1 << 40) // newKey stays unique; prepared from now on
+	return nil
+}
+
+// The evict workload writes 64 KiB objects into 64 MiB of segments, so the
+// cluster stays over its high watermark and evicts as it goes.
+func prepareEvict(ctx context.Context, b *bench) error {
+	for _, s := range b.segs {
+		if err := b.cl.UnmountSegment(ctx, benchClient, s.ID); err != nil {
+			return err
+		}
+	}
+	return b.cl.MountSegment(ctx, benchClient, fsm.SegmentSpec{ID: "evict-seg", Name: "evict-host", Base: 1 << 50, Size: 64 << 20})
+}
+
+func opEvictPut(ctx context.Context, b *bench, _ *rand.Rand) (int, error) {
+	return 1, putPair(ctx, b.cl, b.newKey(), 64<<10)
+}
+
+func doneEvict(ctx context.Context, b *bench) error {
+	if err := b.cl.UnmountSegment(ctx, benchClient, "evict-seg"); err != nil {
+		return err
+	}
+	return b.cl.ReMountSegment(ctx, benchClient, b.segs)
+}
+
+// stepResult is one (system, workload, clients) measurement.
+type stepResult struct {
+	System            string  `json:"system"`
+	Workload          string  `json:"workload"`
+	Clients           int     `json:"clients"`
+	Ops               int64   `json:"ops"`
+	Seconds           float64 `json:"seconds"`
+	OpsPerSec         float64 `json:"ops_per_sec"`
+	P50Ms             float64 `json:"p50_ms"`
+	P99Ms             float64 `json:"p99_ms"`
+	P999Ms            float64 `json:"p999_ms"`
+	Errors            int64   `json:"errors"`
+	FirstError        string  `json:"first_error,omitempty"`
+	EtcdTxnsPerSec    float64 `json:"etcd_txns_per_sec"`
+	EtcdTxnsPer1kOps  float64 `json:"etcd_txns_per_1k_ops"`
+	EtcdBytesPer1kOps float64 `json:"etcd_bytes_per_1k_ops"`
+	LagP50Ms          float64 `json:"standby_lag_p50_ms"`
+	LagP99Ms          float64 `json:"standby_lag_p99_ms"`
+	LagSamples        int     `json:"standby_lag_samples"`
+}
+
+// sweep runs every workload at every client count against sys.
+func sweep(ctx context.Context, cfg config, sys system, rep *report) error {
+	b := &bench{cfg: cfg, cl: sys.client(), nonce: fmt.Sprintf("bench-%d", time.Now().UnixNano())}
+	var err error
+	if b.segs, err = mountFor(ctx, b.cl, benchClient); err != nil {
+		return fmt.Errorf("%s: mount: %w", sys.name(), err)
+	}
+	kctx, kcancel := context.WithCancel(ctx)
+	keeper := b.cl.KeepAlive(kctx, benchClient, b.segs, 0)
+	defer func() { kcancel(); keeper.Stop() }()
+	total := len(cfg.workloads) * len(cfg.clients)
+	n := 0
+	for _, name := range cfg.workloads {
+		w := workloadByName[name]
+		if w.prepare != nil {
+			progressf("%s: preparing %s", sys.name(), name)
+			if err := w.prepare(ctx, b); err != nil {
+				return fmt.Errorf("%s %s: prepare: %w", sys.name(), name, err)
+			}
+		}
+		for _, clients := range cfg.clients {
+			n++
+			res, err := runStep(ctx, b, sys, name, w, clients, fmt.Sprintf("[%d/%d] %s %s clients=%d", n, total, sys.name(), name, clients))
+			if err != nil {
+				return err
+			}
+			rep.Steps = append(rep.Steps, res)
+		}
+		if w.done != nil {
+			if err := w.done(ctx, b); err != nil {
+				return fmt.Errorf("%s %s: %w", sys.name(), name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func runStep(ctx context.Context, b *bench, sys system, name string, w workload, clients int, label string) (stepResult, error) {
+	res := stepResult{System: sys.name(), Workload: name, Clients: clients}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		measuring atomic.Bool
+		items     atomic.Int64
+		errs      atomic.Int64
+		firstErr  atomic.Pointer[string]
+		mu        sync.Mutex
+		lats      []time.Duration
+		wg        sync.WaitGroup
+	)
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 7))
+			var mine []time.Duration
+			defer func() { mu.Lock(); lats = append(lats, mine...); mu.Unlock() }()
+			for sctx.Err() == nil {
+				octx, ocancel := context.WithTimeout(sctx, 10*time.Second)
+				start := time.Now()
+				n, err := w.op(octx, b, rng)
+				d := time.Since(start)
+				ocancel()
+				if !measuring.Load() || sctx.Err() != nil {
+					continue
+				}
+				if err != nil {
+					errs.Add(1)
+					msg := errcode.Of(err).String() + ": " + err.Error()
+					firstErr.CompareAndSwap(nil, &msg)
+					continue
+				}
+				items.Add(int64(n))
+				mine = append(mine, d)
+				if b.cfg.ops > 0 && items.Load() >= int64(b.cfg.ops) {
+					cancel()
+				}
+			}
+		}(uint64(c))
+	}
+	progressf("%s: warm-up %v", label, b.cfg.warmup)
+	select {
+	case <-ctx.Done():
+	case <-time.After(b.cfg.warmup):
+	}
+	etcd0 := sys.etcd()
+	lagDone := make(chan lagStats, 1)
+	lctx, lcancel := context.WithCancel(sctx)
+	go func() { lagDone <- sampleLag(lctx, sys) }()
+	start := time.Now()
+	measuring.Store(true)
+	tick := time.NewTicker(500 * time.Millisecond)
+	for running := true; running; {
+		select {
+		case <-sctx.Done():
+			running = false
+		case <-tick.C:
+			el := time.Since(start)
+			progressLive("%s: %v, %.0f ops/s", label, el.Round(time.Second), float64(items.Load())/el.Seconds())
+			if b.cfg.ops == 0 && el >= b.cfg.duration {
+				running = false
+			}
+		}
+	}
+	tick.Stop()
+	measuring.Store(false)
+	elapsed := time.Since(start)
+	etcd1 := sys.etcd()
+	lcancel()
+	cancel()
+	wg.Wait()
+	lag := <-lagDone
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	res.Ops, res.Errors, res.Seconds = items.Load(), errs.Load(), elapsed.Seconds()
+	if p := firstErr.Load(); p != nil {
+		res.FirstError = *p
+	}
+	res.OpsPerSec = float64(res.Ops) / res.Seconds
+	slices.Sort(lats)
+	res.P50Ms, res.P99Ms, res.P999Ms = ms(quantile(lats, 0.5)), ms(quantile(lats, 0.99)), ms(quantile(lats, 0.999))
+	if etcd0.known && etcd1.known && res.Ops > 0 {
+		res.EtcdTxnsPerSec = (etcd1.txns - etcd0.txns) / res.Seconds
+		res.EtcdTxnsPer1kOps = (etcd1.txns - etcd0.txns) / float64(res.Ops) * 1000
+		res.EtcdBytesPer1kOps = (etcd1.bytes - etcd0.bytes) / float64(res.Ops) * 1000
+	}
+	res.LagP50Ms, res.LagP99Ms, res.LagSamples = ms(lag.p50), ms(lag.p99), lag.n
+	progressDone("%s: %.0f ops/s, p99 %.2f ms, %d errors, standby lag p99 %.1f ms", label, res.OpsPerSec, res.P99Ms, res.Errors, res.LagP99Ms)
+	return res, nil
+}
+
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[int(q*float64(len(sorted)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+type lagStats struct {
+	p50, p99 time.Duration
+	n        int
+}
+
+// sampleLag measures, every 10 ms, how long after the leader reached a
+// position each standby reaches it (resolution ±10 ms).
+func sampleLag(ctx context.Context, sys system) lagStats {
+	type mark struct {
+		pos uint64
+		at  time.Time
+	}
+	var pending [][]mark
+	var lags []time.Duration
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			slices.Sort(lags)
+			return lagStats{quantile(lags, 0.5), quantile(lags, 0.99), len(lags)}
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		leader, standbys, err := sys.positions(pctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		now := time.Now()
+		for len(pending) < len(standbys) {
+			pending = append(pending, nil)
+		}
+		for i, pos := range standbys {
+			pending[i] = append(pending[i], mark{leader, now})
+			j := 0
+			for ; j < len(pending[i]) && pending[i][j].pos <= pos; j++ {
+				lags = append(lags, now.Sub(pending[i][j].at))
+			}
+			pending[i] = pending[i][j:]
+		}
+	}
+}
+
+// failoverResult is the distribution of write gaps around leader kills.
+type failoverResult struct {
+	Kills    int       `json:"kills"`
+	GapsMs   []float64 `json:"gaps_ms"`
+	P50Ms    float64   `json:"p50_ms"`
+	MaxMs    float64   `json:"max_ms"`
+	Clients  int       `json:"clients"`
+	Failures int64     `json:"failed_writes"`
+}
+
+// measureFailover kills the leader cfg.failover times under a steady write
+// load of 8 clients, restarting it each time, and measures each window
+// between the last successful write before the kill and the first after.
+func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failoverResult, error) {
+	b := &bench{cfg: cfg, cl: lc.cl, nonce: fmt.Sprintf("failover-%d", time.Now().UnixNano())}
+	segs, err := mountFor(ctx, b.cl, benchClient)
+	if err != nil {
+		return nil, err
+	}
+	kctx, kcancel := context.WithCancel(ctx)
+	keeper := b.cl.KeepAlive(kctx, benchClient, segs, 0)
+	defer func() { kcancel(); keeper.Stop() }()
+	const clients = 8
+	var (
+		mu        sync.Mutex
+		successes []time.Time
+		failures  atomic.Int64
+		wg        sync.WaitGroup
+	)
+	lctx, stop := context.WithCancel(ctx)
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for lctx.Err() == nil {
+				octx, cancel := context.WithTimeout(lctx, 500*time.Millisecond)
+				err := putPair(octx, b.cl, b.newKey(), 4096)
+				cancel()
+				if err != nil {
+					failures.Add(1)
+					continue
+				}
+				mu.Lock()
+				successes = append(successes, time.Now())
+				mu.Unlock()
+			}
+		}()
+	}
+	res := &failoverResult{Kills: cfg.failover, Clients: clients}
+	var kills []time.Time
+	for i := 0; i < cfg.failover && ctx.Err() == nil; i++ {
+		time.Sleep(time.Second)
+		l, err := lc.leader(ctx)
+		if err != nil {
+			break
+		}
+		progressLive("failover %d/%d: killing %s", i+1, cfg.failover, l.id)
+		kills = append(kills, time.Now())
+		_ = l.cmd.Process.Signal(syscall.SIGKILL)
+		<-l.done
+		if _, err := lc.leader(ctx); err != nil {
+			break
+		}
+		time.Sleep(time.Second) // writes resume on the new leader
+		if err := lc.start(cfg.moonraftBin, l); err != nil {
+			stop()
+			wg.Wait()
+			return nil, err
+		}
+	}
+	time.Sleep(time.Second)
+	stop()
+	wg.Wait()
+	slices.SortFunc(successes, func(a, b time.Time) int { return a.Compare(b) })
+	for _, k := range kills {
+		i, _ := slices.BinarySearchFunc(successes, k, func(a, b time.Time) int { return a.Compare(b) })
+		if i == 0 || i >= len(successes) {
+			continue
+		}
+		res.GapsMs = append(res.GapsMs, ms(successes[i].Sub(successes[i-1])))
+	}
+	res.Failures = failures.Load()
+	g := slices.Clone(res.GapsMs)
+	slices.Sort(g)
+	if len(g) > 0 {
+		res.P50Ms, res.MaxMs = g[len(g)/2], g[len(g)-1]
+	}
+	progressDone("failover: %d kills, window without successful writes p50 %.0f ms, max %.0f ms", len(g), res.P50Ms, res.MaxMs)
+	return res, nil
+}
+
+// Progress goes to stderr: one live line on a terminal, plain lines
+// otherwise.
+var stderrIsTerminal = term.IsTerminal(int(os.Stderr.Fd()))
+
+func progressf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+}
+
+func progressLive(format string, args ...any) {
+	if stderrIsTerminal {
+		fmt.Fprintf(os.Stderr, "\r\033[K"+format, args...)
+	}
+}
+
+func progressDone(format string, args ...any) {
+	if stderrIsTerminal {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/node"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "moonraft.hcl")
+	require.NoError(t, os.WriteFile(p, []byte(text), 0o600))
+	return p
+}
+
+// TestConfigFileAndFlags: values come from the file, flags given on the
+// command line win, underscores stand for hyphens, lists become comma
+// lists, and defaults stay for keys the file leaves out.
+func TestConfigFileAndFlags(t *testing.T) {
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte("tok\n"), 0o600))
+	cfgFile := writeConfig(t, `
+# a comment
+id        = "n0"
+data-dir  = "/tmp/file-dir"
+raft-addr = "10.0.0.1:7200"
+grpc_addr = "10.0.0.1:7100"
+bootstrap = true
+peers     = ["n0=10.0.0.1:7200", "n1=10.0.0.2:7200"]
+tick      = "50ms"
+max-batch = 100
+high-watermark = 0.9
+admin-token-file = "`+token+`"
+`)
+	o, err := parseArgs([]string{"--config", cfgFile, "--raft-addr", "10.0.0.9:7200", "--tick=20ms", "--bootstrap=false"})
+	require.NoError(t, err)
+	c := o.cfg
+	assert.Equal(t, "n0", c.ID, "from the file")
+	assert.Equal(t, "/tmp/file-dir", c.DataDir)
+	assert.Equal(t, "10.0.0.1:7100", c.GRPCAddr, "grpc_addr is grpc-addr")
+	assert.Equal(t, []node.Peer{{ID: "n0", RaftAddr: "10.0.0.1:7200"}, {ID: "n1", RaftAddr: "10.0.0.2:7200"}}, c.Peers)
+	assert.Equal(t, 100, c.Limits.MaxBatch)
+	assert.Equal(t, uint64(900_000), c.Params.HighWatermarkPPM)
+	assert.Equal(t, "tok", c.AdminToken)
+	assert.Equal(t, "10.0.0.9:7200", c.RaftAddr, "the flag wins")
+	assert.Equal(t, 20*time.Millisecond, c.Tick, "the flag wins")
+	assert.False(t, c.Bootstrap, "an explicit false flag wins over the file's true")
+	assert.Equal(t, node.DefaultConfig().SnapshotThreshold, c.SnapshotThreshold, "defaults stay")
+	assert.Equal(t, "mooncake-store", c.Etcd.Prefix)
+}
+
+func TestConfigFileErrors(t *testing.T) {
+	tests := []struct {
+		name, text string
+		want       []string
+	}{
+		{"unknown key", "id = \"n0\"\nraft-adress = \"x\"\n", []string{`key "raft-adress"`, "line 2", "unknown key"}},
+		{"unknown key with underscores", "data_dirr = \"/x\"\n", []string{`key "data_dirr"`, "unknown key"}},
+		{"block", "raft-addr {\n  host = \"a\"\n}\n", []string{`key "raft-addr"`, "blocks"}},
+		{"labelled block", "raft \"x\" {\n}\n", []string{`key "raft"`, "blocks"}},
+		{"twice", "id = \"a\"\nid = \"b\"\n", []string{`key "id"`, "given twice (first on line 1)"}},
+		{"twice with underscore", "data-dir = \"a\"\ndata_dir = \"b\"\n", []string{`key "data_dir"`, "given twice"}},
+		{"config in config", "config = \"other.hcl\"\n", []string{`key "config"`}},
+		{"bad value", "tick = \"soon\"\n", []string{`key "tick"`, `value "soon"`, "parse error"}},
+		{"syntax", "id = \"n0\nraft-addr = 1\n", []string{"config file"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseArgs([]string{"--config", writeConfig(t, tt.text)})
+			require.Error(t, err)
+			assert.Equal(t, errcode.InvalidParams, errcode.Of(err), "%v", err)
+			for _, w := range tt.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+	_, err := parseArgs([]string{"--config", filepath.Join(t.TempDir(), "missing.hcl")})
+	assert.Equal(t, errcode.FileNotFound, errcode.Of(err))
+}
+
+// TestExampleConfig: docs/moonraft.example.hcl uses only real keys with
+// valid values.
+func TestExampleConfig(t *testing.T) {
+	o := &options{cfg: node.DefaultConfig()}
+	fs, _, _ := newFlags(o)
+	require.NoError(t, applyConfigFile(fs, "../../docs/moonraft.example.hcl", nil))
+	assert.Equal(t, "n0", o.cfg.ID)
+	assert.Equal(t, "10.0.0.1:7200", o.cfg.RaftAddr)
+	assert.Equal(t, "/etc/moonraft/tls/ca.pem", o.cfg.TLS.CA)
+	assert.Equal(t, 256, o.cfg.Limits.MaxInFlightPerClient)
+	assert.Equal(t, "n0=10.0.0.1:7200,n1=10.0.0.2:7200,n2=10.0.0.3:7200", fs.Lookup("peers").Value.String())
+}
+
+// TestEtcdTLSDefaultsToNodeTLS: with https:// etcd endpoints and no
+// --etcd-* files, the etcd client uses the node's TLS files.
+func TestEtcdTLSDefaultsToNodeTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, cert, key := writeTestCerts(t, dir)
+	o, err := parseArgs([]string{"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca, "--etcd-endpoints", "https://127.0.0.1:2379"})
+	require.NoError(t, err)
+	require.NotNil(t, o.cfg.Etcd.TLS)
+	assert.Len(t, o.cfg.Etcd.TLS.Certificates, 1)
+	o, err = parseArgs([]string{"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca, "--etcd-endpoints", "http://127.0.0.1:2379"})
+	require.NoError(t, err)
+	assert.Nil(t, o.cfg.Etcd.TLS, "plaintext etcd stays plaintext")
+}
