@@ -86,6 +86,9 @@ func (c *Cluster) Start(p *Proc) {
 	}
 	p.cmd = exec.Command(p.bin, p.args...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	// A test binary killed by its timeout runs no cleanups: the kernel
+	// ends the nodes with it.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}

@@ -202,6 +202,8 @@ func startLocal(ctx context.Context, cfg config) (*localCluster, error) {
 func (lc *localCluster) start(bin string, p *proc) error {
 	p.cmd = exec.Command(bin, p.args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	// If moonbench dies, the kernel ends its nodes too.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		return err
 	}
