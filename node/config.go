@@ -47,6 +47,7 @@ type Config struct {
 	RaftAddr  string // host:port to listen on and advertise for Raft
 	GRPCAddr  string // clients' address: served by Start, advertised in Promote for NOT_LEADER answers
 	HTTPAddr  string // health and status over HTTP; empty for none
+	Pprof     bool   // also serve Go's profiler at /debug/pprof/ on HTTPAddr
 	Join      string // gRPC address of a member to join through when the data dir is empty
 	ClusterID string
 

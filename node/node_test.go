@@ -446,3 +446,15 @@ func relayAddrs(rs []*relay) []string {
 	}
 	return out
 }
+
+func TestPprofOptIn(t *testing.T) {
+	c := newCluster(t, 1, time.Hour)
+	nd := c.nodes[c.leader()]
+	rec := httptest.NewRecorder()
+	nd.httpHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/", nil))
+	assert.Equal(t, 404, rec.Code, "off by default")
+	nd.cfg.Pprof = true
+	rec = httptest.NewRecorder()
+	nd.httpHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/", nil))
+	assert.Equal(t, 200, rec.Code)
+}

@@ -33,6 +33,7 @@ type config struct {
 	jsonOut     string
 	plotOut     string
 	verbose     bool
+	profileDir  string
 }
 
 func main() {
@@ -61,6 +62,7 @@ func parse(args []string) (config, error) {
 	fs.StringVar(&c.jsonOut, "json", "", "write every result to this file as JSON")
 	fs.StringVar(&c.plotOut, "plot", "", "draw latency against throughput to this SVG file")
 	fs.BoolVar(&c.verbose, "v", false, "show the systems' logs")
+	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of the leader for every measured step into this directory")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -85,6 +87,8 @@ func parse(args []string) (config, error) {
 		return c, fmt.Errorf(`--baseline: only "raw-etcd-watch" exists`)
 	case c.baseline != "" && !c.local:
 		return c, fmt.Errorf("--baseline needs --local (it starts its own etcd and standbys)")
+	case c.profileDir != "" && !c.local:
+		return c, fmt.Errorf("--profile needs --local")
 	case c.failover > 0 && !c.local:
 		return c, fmt.Errorf("--failover needs --local (it kills and restarts nodes)")
 	case c.batch < 1:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -126,6 +127,7 @@ type localCluster struct {
 
 type proc struct {
 	id, grpc string
+	http     string // with --profile: where the node serves /debug/pprof
 	args     []string
 	cmd      *exec.Cmd
 	done     chan struct{}
@@ -169,12 +171,21 @@ func startLocal(ctx context.Context, cfg config) (*localCluster, error) {
 		}
 		raftAddrs[id] = r
 		peers = append(peers, id+"="+r)
-		lc.procs = append(lc.procs, &proc{id: id, grpc: g})
+		p := &proc{id: id, grpc: g}
+		if cfg.profileDir != "" {
+			if p.http, err = freeAddr(); err != nil {
+				return nil, err
+			}
+		}
+		lc.procs = append(lc.procs, p)
 	}
 	for _, p := range lc.procs {
 		p.args = []string{"--id", p.id, "--data-dir", filepath.Join(dir, p.id), "--raft-addr", raftAddrs[p.id], "--grpc-addr", p.grpc,
 			"--bootstrap", "--peers", strings.Join(peers, ","), "--heartbeat-timeout", "300ms", "--election-timeout", "300ms",
 			"--etcd-endpoints", strings.Join(lc.etcdE.Endpoints(), ","), "--log-level", "warn"}
+		if p.http != "" {
+			p.args = append(p.args, "--http-addr", p.http, "--pprof")
+		}
 		p.log = io.Discard
 		if cfg.verbose {
 			p.log = os.Stderr
@@ -285,4 +296,34 @@ func mountFor(ctx context.Context, cl *transport.Client, clientID string) ([]fsm
 		segs = append(segs, s)
 	}
 	return segs, nil
+}
+
+// profileLeader saves a CPU profile of the leader for d into path.
+func (lc *localCluster) profileLeader(ctx context.Context, d time.Duration, path string) error {
+	l, err := lc.leader(ctx)
+	if err != nil {
+		return err
+	}
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", l.http, int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile from %s: %s", l.id, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -276,6 +277,12 @@ func runStep(ctx context.Context, b *bench, sys system, name string, w workload,
 	lagDone := make(chan lagStats, 1)
 	lctx, lcancel := context.WithCancel(sctx)
 	go func() { lagDone <- sampleLag(lctx, sys) }()
+	var profDone chan error
+	if lc, ok := sys.(*localCluster); ok && b.cfg.profileDir != "" {
+		profDone = make(chan error, 1)
+		path := filepath.Join(b.cfg.profileDir, fmt.Sprintf("%s-%s-%d.pprof", sys.name(), name, clients))
+		go func() { profDone <- lc.profileLeader(ctx, max(b.cfg.duration, time.Second), path) }()
+	}
 	start := time.Now()
 	measuring.Store(true)
 	tick := time.NewTicker(500 * time.Millisecond)
@@ -299,6 +306,11 @@ func runStep(ctx context.Context, b *bench, sys system, name string, w workload,
 	cancel()
 	wg.Wait()
 	lag := <-lagDone
+	if profDone != nil {
+		if err := <-profDone; err != nil {
+			progressf("%s: no profile: %v", label, err)
+		}
+	}
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}

@@ -87,6 +87,7 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often Raft checks whether to snapshot")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --http-addr (off by default: it exposes internals)")
 	etcdEndpoints := fs.String("etcd-endpoints", "", "etcd client URLs, comma-separated; the leader exports the OpLog there (empty: no export)")
 	fs.StringVar(&cfg.Etcd.Prefix, "etcd-prefix", "mooncake-store", "prefix of every moonraft key in etcd")
 	fs.IntVar(&cfg.Etcd.MaxTxnOps, "etcd-max-txn-ops", 128, "etcd's --max-txn-ops: an export transaction writes this many operations at most")
