@@ -176,6 +176,12 @@ func (ef *EtcdFollower) GetReplicaListByRegex(context.Context, string) ([]fsm.Ke
 
 func (ef *EtcdFollower) Ping(context.Context, string) (bool, error) { return false, readOnly() }
 
+// Progress is Status without the digest.
+func (ef *EtcdFollower) Progress() *moonraftpb.NodeStatus {
+	return &moonraftpb.NodeStatus{Id: ef.cfg.ID, GrpcAddr: ef.cfg.GRPCAddr, Role: "etcd-follower",
+		AppliedSeq: ef.f.AppliedSeq(), Objects: uint64(ef.f.Len()), EtcdExport: true}
+}
+
 func (ef *EtcdFollower) Status() *moonraftpb.NodeStatus {
 	d := ef.f.ObjectSetDigest()
 	return &moonraftpb.NodeStatus{

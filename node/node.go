@@ -173,7 +173,11 @@ func (n *Node) startRaft() error {
 	}
 	tcfg := &raft.NetworkTransportConfig{MaxPool: 3, Timeout: 10 * time.Second, Logger: n.log.Named("transport")}
 	if len(cfg.RaftDial) > 0 {
-		tcfg.ServerAddressProvider = dialOverride(cfg.RaftDial)
+		dial := dialOverride{string(cfg.ID): cfg.RaftAddr} // raft asks for itself too
+		for id, a := range cfg.RaftDial {
+			dial[id] = a
+		}
+		tcfg.ServerAddressProvider = dial
 	}
 	var trans *raft.NetworkTransport
 	if n.serverTLS != nil {
@@ -327,7 +331,10 @@ func (n *Node) raftErr(err error, applied bool) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader):
 		return n.notLeader()
-	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress) && applied:
+	// ErrRaftShutdown also ends an entry already committed but not yet
+	// applied here: for a proposed write it says nothing about the outcome.
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress) && applied,
+		errors.Is(err, raft.ErrRaftShutdown) && applied:
 		return errcode.New(errcode.OutcomeUnknown, "leadership was lost before the write committed; it may or may not have been applied")
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return errcode.New(errcode.UnavailableInCurrentStatus, "node is shutting down")

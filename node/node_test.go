@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/stretchr/testify/assert"
@@ -457,4 +458,15 @@ func TestPprofOptIn(t *testing.T) {
 	rec = httptest.NewRecorder()
 	nd.httpHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/", nil))
 	assert.Equal(t, 200, rec.Code)
+}
+
+func TestRaftErrShutdownAfterProposal(t *testing.T) {
+	c := newCluster(t, 1, time.Hour)
+	nd := c.nodes[c.leader()]
+	assert.Equal(t, errcode.OutcomeUnknown, errcode.Of(nd.raftErr(raft.ErrRaftShutdown, true)),
+		"a proposed write cut off by shutdown may have committed")
+	assert.Equal(t, errcode.UnavailableInCurrentStatus, errcode.Of(nd.raftErr(raft.ErrRaftShutdown, false)))
+	p := nd.Progress()
+	assert.Empty(t, p.Digest, "Progress skips the digests")
+	assert.Equal(t, nd.Status().AppliedIndex, p.AppliedIndex)
 }

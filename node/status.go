@@ -11,7 +11,12 @@ import (
 // Status reports this node's view, as `moonctl status` shows it. The digest
 // and applied index are read together under the state lock, so nodes at
 // equal applied indexes must show equal digests.
-func (n *Node) Status() *moonraftpb.NodeStatus {
+func (n *Node) Status() *moonraftpb.NodeStatus { return n.status(true) }
+
+// Progress is Status without the digests: cheap enough to poll.
+func (n *Node) Progress() *moonraftpb.NodeStatus { return n.status(false) }
+
+func (n *Node) status(digests bool) *moonraftpb.NodeStatus {
 	_, leader := n.raft.LeaderWithID()
 	st := &moonraftpb.NodeStatus{
 		Id:          n.cfg.ID,
@@ -28,10 +33,12 @@ func (n *Node) Status() *moonraftpb.NodeStatus {
 		st.ExportedSeq = n.exportedSeq.Load()
 	}
 	n.sm.read(func(f *fsm.FSM) {
-		d, od := f.Digest(), f.ObjectSetDigest()
+		if digests {
+			d, od := f.Digest(), f.ObjectSetDigest()
+			st.Digest = hex.EncodeToString(d[:])
+			st.ObjectSetDigest = hex.EncodeToString(od[:])
+		}
 		s := f.Stats()
-		st.Digest = hex.EncodeToString(d[:])
-		st.ObjectSetDigest = hex.EncodeToString(od[:])
 		st.AppliedIndex = n.sm.appliedIndex.Load()
 		st.AppliedSeq = s.AppliedSeq
 		st.LeaderGrpcAddr = s.LeaderAddr

@@ -31,6 +31,8 @@ type Backend interface {
 
 	// Admin.
 	Status() *moonraftpb.NodeStatus
+	// Progress is Status without the digests (cheap, for polling).
+	Progress() *moonraftpb.NodeStatus
 	Members(ctx context.Context) ([]*moonraftpb.Member, error)
 	AddVoter(ctx context.Context, id, raftAddr string) error
 	RemoveServer(ctx context.Context, id string) error

@@ -628,11 +628,21 @@ func (c *Client) Ping(ctx context.Context, clientID string) (needRemount bool, t
 
 // Status asks one node, by its endpoint, for its status; no retry.
 func (c *Client) Status(ctx context.Context, endpoint string) (*moonraftpb.NodeStatus, error) {
+	return c.status(ctx, endpoint, false)
+}
+
+// Progress is Status without the digests, which cost the node a pass over
+// its whole state: for polling applied indexes.
+func (c *Client) Progress(ctx context.Context, endpoint string) (*moonraftpb.NodeStatus, error) {
+	return c.status(ctx, endpoint, true)
+}
+
+func (c *Client) status(ctx context.Context, endpoint string, skipDigests bool) (*moonraftpb.NodeStatus, error) {
 	cc, err := c.conn(endpoint)
 	if err != nil {
 		return nil, err
 	}
-	r, err := moonraftpb.NewMasterClient(cc).Status(ctx, &moonraftpb.StatusRequest{})
+	r, err := moonraftpb.NewMasterClient(cc).Status(ctx, &moonraftpb.StatusRequest{SkipDigests: skipDigests})
 	if err != nil {
 		e, _ := c.rpcError(endpoint, err, true, true)
 		return nil, e

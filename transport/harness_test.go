@@ -111,6 +111,8 @@ func (b *testBackend) Ping(_ context.Context, clientID string) (bool, error) {
 
 func (b *testBackend) ClientTTLMs() int64 { return fsm.DefaultParams().ClientTTLMs }
 
+func (b *testBackend) Progress() *moonraftpb.NodeStatus { return b.Status() }
+
 func (b *testBackend) Status() *moonraftpb.NodeStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -275,7 +275,10 @@ func (s *server) Ping(ctx context.Context, req *moonraftpb.PingRequest) (*moonra
 	return resp, nil
 }
 
-func (s *server) Status(context.Context, *moonraftpb.StatusRequest) (*moonraftpb.StatusResponse, error) {
+func (s *server) Status(_ context.Context, req *moonraftpb.StatusRequest) (*moonraftpb.StatusResponse, error) {
+	if req.GetSkipDigests() {
+		return &moonraftpb.StatusResponse{Status: statusOf(nil), Node: s.b.Progress()}, nil
+	}
 	return &moonraftpb.StatusResponse{Status: statusOf(nil), Node: s.b.Status()}, nil
 }
 

@@ -165,6 +165,8 @@ func notInBaseline() error {
 	return errcode.New(errcode.UnavailableInCurrentMode, "not part of the baseline")
 }
 
+func (p *rawPrimary) Progress() *moonraftpb.NodeStatus { return p.Status() }
+
 func (p *rawPrimary) Status() *moonraftpb.NodeStatus {
 	p.mu.RLock()
 	defer p.mu.RUnlock()

@@ -90,7 +90,7 @@ func statusPositions(ctx context.Context, cl *transport.Client, endpoints []stri
 	var standbys []uint64
 	found := false
 	for _, ep := range endpoints {
-		st, err := cl.Status(ctx, ep)
+		st, err := cl.Progress(ctx, ep)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -232,7 +232,7 @@ func (lc *localCluster) leader(ctx context.Context) (*proc, error) {
 	for time.Now().Before(deadline) {
 		for _, p := range lc.procs {
 			sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			st, err := lc.cl.Status(sctx, p.grpc)
+			st, err := lc.cl.Progress(sctx, p.grpc)
 			cancel()
 			if err == nil && st.Role == "leader" && st.Promoted {
 				return p, nil

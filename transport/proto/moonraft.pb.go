@@ -2307,7 +2307,11 @@ func (x *PingResponse) GetTtlMs() int64 {
 
 // StatusRequest asks a node for its status.
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// skip_digests leaves digest and object_set_digest empty: hashing the
+	// whole state costs O(objects) under the state lock, too much for a
+	// caller polling progress (lag monitors, benchmarks).
+	SkipDigests   bool `protobuf:"varint,1,opt,name=skip_digests,json=skipDigests,proto3" json:"skip_digests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2340,6 +2344,13 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_moonraft_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *StatusRequest) GetSkipDigests() bool {
+	if x != nil {
+		return x.SkipDigests
+	}
+	return false
 }
 
 // StatusResponse answers Status.
@@ -3330,8 +3341,9 @@ const file_moonraft_proto_rawDesc = "" +
 	"\fPingResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12>\n" +
 	"\rclient_status\x18\x02 \x01(\x0e2\x19.moonraft.v1.ClientStatusR\fclientStatus\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\x0f\n" +
-	"\rStatusRequest\"j\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"2\n" +
+	"\rStatusRequest\x12!\n" +
+	"\fskip_digests\x18\x01 \x01(\bR\vskipDigests\"j\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12+\n" +
 	"\x04node\x18\x02 \x01(\v2\x17.moonraft.v1.NodeStatusR\x04node\"\xc6\x05\n" +

@@ -1,0 +1,505 @@
+package jepsen
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/transport"
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
+)
+
+// repoRoot is the module root, found from this file so tests run from any
+// directory.
+func repoRoot() string {
+	_, self, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(filepath.Dir(self)))
+}
+
+// buildMoonraft builds bin/moonraft (./cmd/node) into dir.
+func buildMoonraft(dir string) (string, error) {
+	out := filepath.Join(dir, "moonraft")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/node")
+	cmd.Dir = repoRoot()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/node: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// proc is one OS process of the run: etcd, a moonraft node or the etcd
+// follower. Its stdout and stderr are appended to logPath across restarts.
+type proc struct {
+	id       string
+	grpcAddr string // "" for etcd
+	raftAddr string // nodes only
+	bin      string
+	args     []string
+	logPath  string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	paused bool
+}
+
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && !p.exitedLocked() {
+		return nil
+	}
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logf, "=== %s start %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(p.args, " "))
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// A run killed half-way (a test timeout) must not leave processes behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		fmt.Fprintf(logf, "=== %s exit %v\n", time.Now().Format(time.RFC3339Nano), cmd.ProcessState)
+		logf.Close()
+		close(done)
+	}()
+	p.cmd, p.done, p.paused = cmd, done, false
+	return nil
+}
+
+func (p *proc) exitedLocked() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// running reports whether the process is alive (paused counts as alive).
+func (p *proc) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil && !p.exitedLocked()
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.exitedLocked() {
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+	switch sig {
+	case syscall.SIGSTOP:
+		p.paused = true
+	case syscall.SIGCONT:
+		p.paused = false
+	}
+}
+
+// kill SIGKILLs p and waits for it to be gone.
+func (p *proc) kill() {
+	p.signal(syscall.SIGCONT) // a stopped process dies of SIGKILL too, but be explicit
+	p.signal(syscall.SIGKILL)
+	p.wait(10 * time.Second)
+}
+
+func (p *proc) wait(d time.Duration) bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// stop ends p gracefully (SIGTERM), then by SIGKILL after d.
+func (p *proc) stop(d time.Duration) {
+	p.signal(syscall.SIGCONT)
+	p.signal(syscall.SIGTERM)
+	if !p.wait(d) {
+		p.signal(syscall.SIGKILL)
+		p.wait(10 * time.Second)
+	}
+}
+
+// link is one toxiproxy proxy with the toxics the nemeses put on it.
+type link struct {
+	name     string
+	srv      *toxiproxy.ApiServer
+	upstream string
+	listen   string // the port stays the same across heals
+
+	mu     sync.Mutex
+	proxy  *toxiproxy.Proxy
+	toxics []string
+}
+
+func newLink(srv *toxiproxy.ApiServer, name, upstream string) (*link, error) {
+	px := toxiproxy.NewProxy(srv, name, "127.0.0.1:0", upstream)
+	if err := px.Start(); err != nil {
+		return nil, fmt.Errorf("proxy %s: %w", name, err)
+	}
+	return &link{name: name, srv: srv, upstream: upstream, listen: px.Listen, proxy: px}, nil
+}
+
+func (l *link) addToxic(name, typ, stream string, attrs string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1.0,"attributes":%s}`, name, typ, stream, attrs)
+	if _, err := l.proxy.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+		return fmt.Errorf("%s: toxic %s: %w", l.name, name, err)
+	}
+	l.toxics = append(l.toxics, name)
+	return nil
+}
+
+// cut drops every byte both ways without closing connections: a silent
+// partition, as a firewall DROP rule makes.
+func (l *link) cut() error {
+	if err := l.addToxic("cut-up", "timeout", "upstream", `{"timeout":0}`); err != nil {
+		return err
+	}
+	return l.addToxic("cut-down", "timeout", "downstream", `{"timeout":0}`)
+}
+
+// heal replaces the proxy with a fresh one on the same port. Stopping the
+// old one resets its connections: a timeout toxic drops bytes from the
+// middle of a stream, and a stream resumed after that gap would carry
+// garbage rather than model a network that lost packets (TCP would have
+// retransmitted them or reset the connection). The toxics are not removed
+// one by one: toxiproxy v2.5.0's RemoveToxic can wait forever on a link
+// whose connection has just closed.
+func (l *link) heal() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.toxics) == 0 {
+		return nil
+	}
+	l.proxy.Stop()
+	var err error
+	for i := 0; i < 50; i++ {
+		px := toxiproxy.NewProxy(l.srv, l.name, l.listen, l.upstream)
+		if err = px.Start(); err == nil {
+			l.proxy, l.toxics = px, nil
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s: restart proxy on %s: %w", l.name, l.listen, err)
+}
+
+// stop closes the proxy for good.
+func (l *link) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.proxy.Stop()
+}
+
+// clusterConfig is what the nodes are started with.
+type clusterConfig struct {
+	nodes     int
+	extraArgs []string
+	logLevel  string
+}
+
+// cluster is the system under test: an etcd process, n moonraft processes
+// and an etcd follower process, with every Raft link (one per direction)
+// and every node's etcd traffic going through its own toxiproxy proxy.
+type cluster struct {
+	outDir  string // tests/out/<run>: logs
+	dataDir string // raft and etcd data (temporary)
+	bin     string
+
+	etcd     *proc
+	etcdURL  string // direct, for the checker and the follower
+	nodes    []*proc
+	follower *proc
+
+	tox       *toxiproxy.ApiServer
+	raftLinks map[[2]int]*link // [from, to]: connections from dials to
+	etcdLinks []*link          // node i → etcd
+
+	admin *transport.Client
+	store *etcdbridge.Store // direct view of etcd
+	log   func(format string, args ...any)
+}
+
+func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterConfig, logf func(string, ...any)) (*cluster, error) {
+	c := &cluster{outDir: outDir, dataDir: dataDir, bin: bin, raftLinks: map[[2]int]*link{}, log: logf}
+	// Some toxics log through zerolog's global logger, at trace level.
+	zerolog.SetGlobalLevel(zerolog.WarnLevel)
+	c.tox = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+
+	// etcd runs as its own process (`moonraft etcd`, the embedded etcd of
+	// etcdbridge), so it shares nothing with the test process.
+	clientURL, err := etcdbridge.FreeLocalURL()
+	if err != nil {
+		return nil, err
+	}
+	peerURL, err := etcdbridge.FreeLocalURL()
+	if err != nil {
+		return nil, err
+	}
+	c.etcdURL = clientURL
+	c.etcd = &proc{id: "etcd", bin: bin, logPath: filepath.Join(outDir, "etcd.log"),
+		args: []string{"etcd", "--data-dir", filepath.Join(dataDir, "etcd"), "--listen-client", clientURL, "--listen-peer", peerURL}}
+	if err := c.etcd.start(); err != nil {
+		return c, err
+	}
+	if err := c.openStore(ctx); err != nil {
+		return c, err
+	}
+	etcdHost, err := hostOf(clientURL)
+	if err != nil {
+		return c, err
+	}
+
+	var peers []string
+	for i := 0; i < cfg.nodes; i++ {
+		p := &proc{id: fmt.Sprintf("n%d", i), bin: bin, logPath: filepath.Join(outDir, fmt.Sprintf("n%d.log", i))}
+		if p.grpcAddr, err = freeAddr(); err != nil {
+			return c, err
+		}
+		if p.raftAddr, err = freeAddr(); err != nil {
+			return c, err
+		}
+		c.nodes = append(c.nodes, p)
+		peers = append(peers, p.id+"="+p.raftAddr)
+	}
+	for i, p := range c.nodes {
+		// The node itself is listed too: hashicorp/raft asks the address
+		// provider for its own id on every RPC it sends (to name itself as
+		// leader or candidate) and logs a warning per call when the
+		// provider does not know it.
+		dials := []string{p.id + "=" + p.raftAddr}
+		for j, q := range c.nodes {
+			if i == j {
+				continue
+			}
+			l, err := newLink(c.tox, fmt.Sprintf("raft-%s-%s", p.id, q.id), q.raftAddr)
+			if err != nil {
+				return c, err
+			}
+			c.raftLinks[[2]int{i, j}] = l
+			dials = append(dials, q.id+"="+l.listen)
+		}
+		el, err := newLink(c.tox, "etcd-"+p.id, etcdHost)
+		if err != nil {
+			return c, err
+		}
+		c.etcdLinks = append(c.etcdLinks, el)
+		level := cfg.logLevel
+		if level == "" {
+			level = "info"
+		}
+		p.args = append([]string{"--id", p.id, "--data-dir", filepath.Join(dataDir, p.id),
+			"--raft-addr", p.raftAddr, "--grpc-addr", p.grpcAddr,
+			"--bootstrap", "--peers", strings.Join(peers, ","),
+			"--raft-dial", strings.Join(dials, ","),
+			"--etcd-endpoints", "http://" + el.listen,
+			"--log-level", level}, cfg.extraArgs...)
+	}
+	for _, p := range c.nodes {
+		if err := p.start(); err != nil {
+			return c, err
+		}
+	}
+	var eps []string
+	for _, p := range c.nodes {
+		eps = append(eps, p.grpcAddr)
+	}
+	if c.admin, err = transport.Dial(transport.ClientConfig{Endpoints: eps, MaxBackoff: 200 * time.Millisecond, ConnectTimeout: time.Second}); err != nil {
+		return c, err
+	}
+	if _, err := c.waitLeader(ctx, 60*time.Second); err != nil {
+		return c, err
+	}
+
+	// The follower watches etcd directly from seq 1 for the whole run.
+	fa, err := freeAddr()
+	if err != nil {
+		return c, err
+	}
+	c.follower = &proc{id: "follower", grpcAddr: fa, bin: bin, logPath: filepath.Join(outDir, "follower.log"),
+		args: []string{"--follow-etcd", "--id", "follower", "--grpc-addr", fa, "--etcd-endpoints", clientURL, "--log-level", "info"}}
+	if err := c.follower.start(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func hostOf(u string) (string, error) {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return "", err
+	}
+	return pu.Host, nil
+}
+
+func (c *cluster) openStore(ctx context.Context) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		s, err := etcdbridge.Open(etcdbridge.Config{Endpoints: []string{c.etcdURL}, DialTimeout: 2 * time.Second})
+		if err == nil {
+			c.store = s
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("etcd at %s did not come up: %w", c.etcdURL, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// statuses asks every node for its status, each within d.
+func (c *cluster) statuses(d time.Duration) []*moonraftpb.NodeStatus {
+	out := make([]*moonraftpb.NodeStatus, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, p := range c.nodes {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			defer cancel()
+			st, err := c.admin.Status(ctx, p.grpcAddr)
+			if err == nil {
+				out[i] = st
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// leader returns the index of the promoted leader with the highest term
+// among the nodes that answer, or -1.
+func (c *cluster) leader() int {
+	best, term := -1, uint64(0)
+	for i, st := range c.statuses(500 * time.Millisecond) {
+		if st != nil && st.Role == "leader" && st.Promoted && st.Term >= term {
+			best, term = i, st.Term
+		}
+	}
+	return best
+}
+
+func (c *cluster) waitLeader(ctx context.Context, within time.Duration) (int, error) {
+	deadline := time.Now().Add(within)
+	for {
+		if l := c.leader(); l >= 0 {
+			return l, nil
+		}
+		if time.Now().After(deadline) {
+			return -1, fmt.Errorf("no promoted leader within %v", within)
+		}
+		select {
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// restart starts a node that is down, retrying while it exits at once (it
+// refuses to start while it cannot reach etcd, for example). A node still
+// up after a few seconds counts as started.
+func (c *cluster) restart(i int) error {
+	p := c.nodes[i]
+	var last error
+	for attempt := 0; attempt < 20; attempt++ {
+		if err := p.start(); err != nil {
+			last = err
+			time.Sleep(500 * time.Millisecond)
+			continue
+		}
+		if !p.wait(3 * time.Second) {
+			return nil
+		}
+		last = fmt.Errorf("exited right after start")
+	}
+	return fmt.Errorf("%s would not stay up: %v (see %s)", p.id, last, p.logPath)
+}
+
+// healAll undoes every fault: proxies back with no toxics, paused nodes
+// continued, dead nodes restarted.
+func (c *cluster) healAll() error {
+	var errs []string
+	for _, l := range c.allLinks() {
+		if err := l.heal(); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	for i, p := range c.nodes {
+		p.signal(syscall.SIGCONT)
+		if !p.running() {
+			if err := c.restart(i); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("heal: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func (c *cluster) allLinks() []*link {
+	return append(c.raftLinksList(), c.etcdLinks...)
+}
+
+// close stops every process and proxy.
+func (c *cluster) close() {
+	var wg sync.WaitGroup
+	for _, p := range append(append([]*proc{}, c.nodes...), c.follower) {
+		if p != nil {
+			wg.Go(func() { p.stop(10 * time.Second) })
+		}
+	}
+	wg.Wait()
+	if c.admin != nil {
+		_ = c.admin.Close()
+	}
+	if c.store != nil {
+		_ = c.store.Close()
+	}
+	if c.etcd != nil {
+		c.etcd.stop(10 * time.Second)
+	}
+	for _, l := range c.allLinks() {
+		l.stop()
+	}
+}

@@ -1,0 +1,107 @@
+package jepsen
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// nodeArgs are the node flags of every run: sessions that survive any
+// fault of the schedule (the checkers would otherwise have to explain
+// client expiry), soft pins that outlast the run (register and set objects
+// are soft-pinned so eviction takes the lease workload's objects first),
+// frequent Raft snapshots so snapshot-driven OpLog cleanup runs, with a
+// retain small enough that cleanup deletes entries during the run yet
+// large enough that etcd always covers one of the snapshots the harness
+// takes (the replay check starts from it).
+func nodeArgs(retain int) []string {
+	return []string{
+		"--client-ttl", "60s",
+		"--soft-pin-ttl", "24h",
+		"--snapshot-threshold", "2048",
+		"--snapshot-interval", "5s",
+		"--oplog-retain", fmt.Sprint(retain),
+	}
+}
+
+var defaultWorkload = workloadConfig{registerClients: 4, setClients: 2, leaseClients: 2, opTimeout: 3 * time.Second}
+
+// TestJepsenShort is the fixed run of `make test`: seed 42, every nemesis
+// once in a fixed order, about a minute of faults under load.
+func TestJepsenShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level fault suite; run without -short")
+	}
+	const seed = 42
+	schedule := drawSchedule(seed, 73*time.Second, AllNemeses, false, 4*time.Second, 4*time.Second, 3*time.Second, 3*time.Second, 3)
+	if len(schedule) != len(AllNemeses) {
+		t.Fatalf("the short schedule holds %d events, want every nemesis once: %v", len(schedule), schedule)
+	}
+	last := schedule[len(schedule)-1]
+	runJepsen(t, runConfig{
+		name:         "short",
+		seed:         seed,
+		chaos:        last.At + last.Dur + 3*time.Second,
+		schedule:     schedule,
+		workload:     defaultWorkload,
+		snapEvery:    10 * time.Second,
+		checkTimeout: 2 * time.Minute,
+		nodeArgs:     nodeArgs(4000),
+		command:      "go test -run TestJepsenShort -v ./tests/jepsen/",
+	})
+}
+
+// TestJepsen is `make jepsen`: every nemesis, mixed on a schedule drawn
+// from JEPSEN_SEED, for JEPSEN_DURATION.
+func TestJepsen(t *testing.T) {
+	ds := os.Getenv("JEPSEN_DURATION")
+	if ds == "" {
+		t.Skip("JEPSEN_DURATION is not set: the long fault run is opt-in (make jepsen DURATION=10m [SEED=n])")
+	}
+	dur, err := time.ParseDuration(ds)
+	if err != nil || dur < 30*time.Second {
+		t.Fatalf("JEPSEN_DURATION=%q: want a Go duration of at least 30s", ds)
+	}
+	seed := uint64(time.Now().UnixNano() % 1_000_000_000)
+	if ss := os.Getenv("JEPSEN_SEED"); ss != "" {
+		if seed, err = strconv.ParseUint(ss, 10, 64); err != nil {
+			t.Fatalf("JEPSEN_SEED=%q: want an unsigned integer", ss)
+		}
+	}
+	schedule := drawSchedule(seed, dur, AllNemeses, true, 5*time.Second, 15*time.Second, 3*time.Second, 8*time.Second, 3)
+	runJepsen(t, runConfig{
+		name:         "jepsen",
+		seed:         seed,
+		chaos:        dur,
+		schedule:     schedule,
+		workload:     defaultWorkload,
+		snapEvery:    20 * time.Second,
+		checkTimeout: 10 * time.Minute,
+		nodeArgs:     nodeArgs(20000),
+		command:      fmt.Sprintf("make jepsen DURATION=%s SEED=%d", ds, seed),
+	})
+}
+
+// TestJepsenRecheck reruns the history checkers on the output of an
+// earlier run (JEPSEN_RECHECK=tests/out/<run>), without a cluster.
+func TestJepsenRecheck(t *testing.T) {
+	dir := os.Getenv("JEPSEN_RECHECK")
+	if dir == "" {
+		t.Skip("JEPSEN_RECHECK is not set: give the output directory of a run to check its history again")
+	}
+	ops, entries, meta, err := readInputs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := summary{Run: dir}
+	analyze(&s, ops, entries, meta, 10*time.Minute, t.TempDir())
+	t.Log("\n" + renderReport(s))
+	for _, v := range s.Violations {
+		t.Errorf("violation %s", v)
+	}
+	for _, p := range s.Problems {
+		t.Errorf("problem: %s", p)
+	}
+}
