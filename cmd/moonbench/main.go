@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -34,6 +35,7 @@ type config struct {
 	plotOut     string
 	verbose     bool
 	profileDir  string
+	fromJSON    string
 }
 
 func main() {
@@ -62,6 +64,7 @@ func parse(args []string) (config, error) {
 	fs.StringVar(&c.jsonOut, "json", "", "write every result to this file as JSON")
 	fs.StringVar(&c.plotOut, "plot", "", "draw latency against throughput to this SVG file")
 	fs.BoolVar(&c.verbose, "v", false, "show the systems' logs")
+	fs.StringVar(&c.fromJSON, "from-json", "", "print the table (and --plot) of a saved --json file instead of running")
 	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of the leader for every measured step into this directory")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -81,6 +84,8 @@ func parse(args []string) (config, error) {
 		c.clients = append(c.clients, n)
 	}
 	switch {
+	case c.fromJSON != "":
+		return c, nil
 	case c.local == (len(c.endpoints) > 0):
 		return c, fmt.Errorf("give either --endpoints or --local")
 	case c.baseline != "" && c.baseline != "raw-etcd-watch":
@@ -111,6 +116,17 @@ func run(args []string) error {
 	cfg, err := parse(args)
 	if err != nil {
 		return err
+	}
+	if cfg.fromJSON != "" {
+		b, err := os.ReadFile(cfg.fromJSON)
+		if err != nil {
+			return err
+		}
+		var rep report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return fmt.Errorf("%s: %w", cfg.fromJSON, err)
+		}
+		return rep.output(os.Stdout, cfg)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -19,6 +19,7 @@ func TestParse(t *testing.T) {
 		err  string
 	}{
 		{[]string{"--local"}, ""},
+		{[]string{"--from-json", "r.json"}, ""},
 		{[]string{"--endpoints", "a:1,b:2", "--workload", "get,mixed", "--clients", "1,2"}, ""},
 		{[]string{}, "either --endpoints or --local"},
 		{[]string{"--local", "--endpoints", "a:1"}, "either --endpoints or --local"},

@@ -116,12 +116,14 @@ func div(a, b float64) float64 {
 // workload, points in sweep order.
 func (r *report) plot(path string) error {
 	p := plot.New()
-	p.Title.Text = "moonbench: p99 latency against throughput (" + r.Machine + ")"
+	p.Title.Text = "p99 latency against throughput"
 	p.X.Label.Text = "throughput (ops/s)"
 	p.Y.Label.Text = "p99 latency (ms)"
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.XOffs = vg.Points(50)
 	var order []string
 	series := map[string]plotter.XYs{}
 	for _, s := range r.Steps {
