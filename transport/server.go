@@ -199,31 +199,40 @@ func (s *server) BatchPutStart(ctx context.Context, req *moonraftpb.BatchPutStar
 }
 
 func (s *server) BatchPutEnd(ctx context.Context, req *moonraftpb.BatchPutEndRequest) (*moonraftpb.BatchPutEndResponse, error) {
-	keys := req.GetKeys()
-	cmds := make([]fsm.Command, len(keys))
-	for i, k := range keys {
-		cmds[i] = &fsm.PutEnd{NowMs: s.b.Now(), Key: k, ClientID: req.GetClientId()}
-	}
-	top, rs := s.proposeBatch(ctx, cmds)
+	top, sts := s.keysBatch(ctx, req.GetKeys(), func(k string) fsm.Command {
+		return &fsm.PutEnd{NowMs: s.b.Now(), Key: k, ClientID: req.GetClientId()}
+	})
 	resp := &moonraftpb.BatchPutEndResponse{Status: top}
-	for _, r := range rs {
-		resp.Results = append(resp.Results, &moonraftpb.PutEndResponse{Status: statusOf(r.Err)})
+	for _, st := range sts {
+		resp.Results = append(resp.Results, &moonraftpb.PutEndResponse{Status: st})
 	}
 	return resp, nil
 }
 
 func (s *server) BatchPutRevoke(ctx context.Context, req *moonraftpb.BatchPutRevokeRequest) (*moonraftpb.BatchPutRevokeResponse, error) {
-	keys := req.GetKeys()
-	cmds := make([]fsm.Command, len(keys))
-	for i, k := range keys {
-		cmds[i] = &fsm.PutRevoke{NowMs: s.b.Now(), Key: k, ClientID: req.GetClientId()}
-	}
-	top, rs := s.proposeBatch(ctx, cmds)
+	top, sts := s.keysBatch(ctx, req.GetKeys(), func(k string) fsm.Command {
+		return &fsm.PutRevoke{NowMs: s.b.Now(), Key: k, ClientID: req.GetClientId()}
+	})
 	resp := &moonraftpb.BatchPutRevokeResponse{Status: top}
-	for _, r := range rs {
-		resp.Results = append(resp.Results, &moonraftpb.PutRevokeResponse{Status: statusOf(r.Err)})
+	for _, st := range sts {
+		resp.Results = append(resp.Results, &moonraftpb.PutRevokeResponse{Status: st})
 	}
 	return resp, nil
+}
+
+// keysBatch proposes one command per key as one batch and returns the
+// top-level status and each item's.
+func (s *server) keysBatch(ctx context.Context, keys []string, cmd func(string) fsm.Command) (*moonraftpb.Status, []*moonraftpb.Status) {
+	cmds := make([]fsm.Command, len(keys))
+	for i, k := range keys {
+		cmds[i] = cmd(k)
+	}
+	top, rs := s.proposeBatch(ctx, cmds)
+	sts := make([]*moonraftpb.Status, len(rs))
+	for i, r := range rs {
+		sts[i] = statusOf(r.Err)
+	}
+	return top, sts
 }
 
 func (s *server) Remove(ctx context.Context, req *moonraftpb.RemoveRequest) (*moonraftpb.RemoveResponse, error) {
