@@ -127,17 +127,6 @@ func (b *Batcher) Drain() ([]Renewal, []Ping) {
 	return renewals, pings
 }
 
-// Pending returns the latest renewal time recorded for key and not yet
-// drained. The leader checks it before proposing a removal, so that a lease
-// it has granted is not removed under the reader.
-func (b *Batcher) Pending(key string) (atMs int64, ok bool) {
-	s := b.shard(key)
-	s.mu.Lock()
-	atMs, ok = s.renewals[key]
-	s.mu.Unlock()
-	return atMs, ok
-}
-
 // Len returns how many keys and clients are waiting to be drained.
 func (b *Batcher) Len() (renewals, pings int) {
 	for i := range b.shards {

@@ -43,12 +43,10 @@ func TestBatcherConcurrent(t *testing.T) {
 	nr, np := b.Len()
 	assert.Equal(t, keys, nr)
 	assert.Equal(t, clients, np)
-	at, ok := b.Pending("key-005")
-	require.True(t, ok)
-	assert.Equal(t, int64((rounds-1)*1000+(workers-1)*10+5), at)
-
 	renewals, pings := b.Drain()
 	require.Len(t, renewals, keys)
+	assert.Equal(t, lease.Renewal{Key: "key-005", AtMs: int64((rounds-1)*1000 + (workers-1)*10 + 5)}, renewals[5],
+		"the latest renewal of a key wins")
 	require.Len(t, pings, clients)
 	assert.True(t, sort.SliceIsSorted(renewals, func(i, j int) bool { return renewals[i].Key < renewals[j].Key }))
 	assert.True(t, sort.SliceIsSorted(pings, func(i, j int) bool { return pings[i].ClientID < pings[j].ClientID }))
@@ -163,32 +161,22 @@ func TestBatcherUrgentNeverBlocks(t *testing.T) {
 	}
 }
 
-func TestBatcherPending(t *testing.T) {
+// TestBatcherCoalesces: a key renewed several times in one batch drains
+// once, at its latest time; a drain starts a fresh batch.
+func TestBatcherCoalesces(t *testing.T) {
 	b := lease.NewBatcher(1000)
-	_, ok := b.Pending("k")
-	assert.False(t, ok)
-
 	b.Renew("k", 500, 10_000)
 	b.Renew("k", 300, 10_000) // older: ignored
-	at, ok := b.Pending("k")
-	assert.True(t, ok)
-	assert.Equal(t, int64(500), at)
 	b.Renew("k", 700, 10_000)
-	at, _ = b.Pending("k")
-	assert.Equal(t, int64(700), at)
-	_, ok = b.Pending("other")
-	assert.False(t, ok)
-
 	renewals, pings := b.Drain()
 	assert.Equal(t, []lease.Renewal{{Key: "k", AtMs: 700}}, renewals)
 	assert.Empty(t, pings)
-	_, ok = b.Pending("k")
-	assert.False(t, ok, "drained")
 
 	b.Renew("k", 100, 10_000) // a new batch starts from scratch
-	at, ok = b.Pending("k")
-	assert.True(t, ok)
-	assert.Equal(t, int64(100), at)
+	renewals, _ = b.Drain()
+	assert.Equal(t, []lease.Renewal{{Key: "k", AtMs: 100}}, renewals)
+	renewals, _ = b.Drain()
+	assert.Empty(t, renewals)
 }
 
 func BenchmarkBatcherRenewParallel(b *testing.B) {

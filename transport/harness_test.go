@@ -218,21 +218,7 @@ func (l *trackingListener) dropAll() {
 // its address.
 func startNode(t *testing.T) (*testBackend, string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	lis := &trackingListener{Listener: l}
-	b := &testBackend{lis: lis, f: fsm.New()}
-	srv := NewServer(b)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	return b, l.Addr().String()
+	return startNodeWith(t, ServerConfig{})
 }
 
 func dialT(t *testing.T, endpoints ...string) *Client {
