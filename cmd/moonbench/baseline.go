@@ -68,8 +68,12 @@ func (p *rawPrimary) apply(ctx context.Context, cmd fsm.Command) (fsm.Result, er
 	r := p.f.ApplyCommand(cmd)
 	es := p.f.RingAfter(seq, 1<<30)
 	p.mu.Unlock()
+	// The mutation is applied: a client giving up must not leave a hole in
+	// the OpLog that the standbys would wait on forever.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	for _, e := range es {
-		if _, err := p.store.Client().Put(ctx, p.store.EntryKey(e.SequenceID), string(e.Encode())); err != nil {
+		if _, err := p.store.Client().Put(wctx, p.store.EntryKey(e.SequenceID), string(e.Encode())); err != nil {
 			return r, errcode.New(errcode.EtcdOperationError, "write entry %d: %v", e.SequenceID, err)
 		}
 		if low := p.acks.ack(e.SequenceID); low == e.SequenceID {
