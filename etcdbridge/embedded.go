@@ -1,11 +1,11 @@
 package etcdbridge
 
 import (
-	"fmt"
-	"net"
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/moonraft/moonraft/internal/freeport"
 
 	"go.etcd.io/etcd/client/pkg/v3/logutil"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -109,10 +109,9 @@ func (e *Embedded) Close() error {
 // FreeLocalURL returns "http://127.0.0.1:PORT" with a port that was free a
 // moment ago (another process may still take it before etcd does).
 func FreeLocalURL() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	if err != nil {
 		return "", errcode.New(errcode.InternalError, "find a free local port: %v", err)
 	}
-	defer l.Close()
-	return fmt.Sprintf("http://%s", l.Addr().String()), nil
+	return "http://" + a, nil
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moonraft/moonraft/internal/freeport"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
@@ -237,7 +239,7 @@ func openBaseline(ctx context.Context, cfg config) (*baseline, error) {
 		b.primary.run(rctx)
 	}()
 	for i := 0; i < 2; i++ {
-		a, err := freeAddr()
+		a, err := freeport.Addr()
 		if err != nil {
 			b.close()
 			return nil, err

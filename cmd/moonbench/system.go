@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/moonraft/moonraft/internal/freeport"
 
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
@@ -134,15 +135,6 @@ type proc struct {
 	log      io.Writer
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 func startLocal(ctx context.Context, cfg config) (*localCluster, error) {
 	if _, err := os.Stat(cfg.moonraftBin); err != nil {
 		return nil, fmt.Errorf("--local needs the moonraft binary (%v): run make build, or pass --moonraft-bin", err)
@@ -161,11 +153,11 @@ func startLocal(ctx context.Context, cfg config) (*localCluster, error) {
 	raftAddrs := map[string]string{}
 	for i := 0; i < 3; i++ {
 		id := fmt.Sprintf("n%d", i)
-		g, err := freeAddr()
+		g, err := freeport.Addr()
 		if err != nil {
 			return nil, err
 		}
-		r, err := freeAddr()
+		r, err := freeport.Addr()
 		if err != nil {
 			return nil, err
 		}
@@ -173,7 +165,7 @@ func startLocal(ctx context.Context, cfg config) (*localCluster, error) {
 		peers = append(peers, id+"="+r)
 		p := &proc{id: id, grpc: g}
 		if cfg.profileDir != "" {
-			if p.http, err = freeAddr(); err != nil {
+			if p.http, err = freeport.Addr(); err != nil {
 				return nil, err
 			}
 		}

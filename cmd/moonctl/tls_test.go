@@ -3,11 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/moonraft/moonraft/internal/freeport"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/moonraft/moonraft/node"
@@ -18,10 +19,9 @@ import (
 )
 
 func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 // TestTLSAndAdminToken: moonctl talks to a node with mutual TLS given

@@ -3,7 +3,6 @@ package jepsen
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/moonraft/moonraft/internal/freeport"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
@@ -38,15 +39,6 @@ func buildMoonraft(dir string) (string, error) {
 		return "", fmt.Errorf("go build ./cmd/node: %v\n%s", err, b)
 	}
 	return out, nil
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // proc is one OS process of the run: etcd, a moonraft node or the etcd
@@ -293,10 +285,10 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 	var peers []string
 	for i := 0; i < cfg.nodes; i++ {
 		p := &proc{id: fmt.Sprintf("n%d", i), bin: bin, logPath: filepath.Join(outDir, fmt.Sprintf("n%d.log", i))}
-		if p.grpcAddr, err = freeAddr(); err != nil {
+		if p.grpcAddr, err = freeport.Addr(); err != nil {
 			return c, err
 		}
-		if p.raftAddr, err = freeAddr(); err != nil {
+		if p.raftAddr, err = freeport.Addr(); err != nil {
 			return c, err
 		}
 		c.nodes = append(c.nodes, p)
@@ -352,7 +344,7 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 	}
 
 	// The follower watches etcd directly from seq 1 for the whole run.
-	fa, err := freeAddr()
+	fa, err := freeport.Addr()
 	if err != nil {
 		return c, err
 	}
