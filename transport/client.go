@@ -257,8 +257,14 @@ func (c *Client) do(ctx context.Context, idempotent bool, attempt attemptFunc) e
 				}
 				var retry bool
 				if last, retry = c.rpcError(ep, err, p.Addr != nil, idempotent); !retry || ctx.Err() != nil {
-					// A call cut short by its own deadline says nothing
-					// about ep: keep it as the endpoint to try first.
+					if ctx.Err() != nil && p.Addr != nil {
+						// ep took the request and gave no answer in the call's
+						// whole time: it may be paused (a stopped process
+						// still accepts connections). The next call starts
+						// at another node, which redirects it back if ep
+						// still leads.
+						c.skip(ep)
+					}
 					return last
 				}
 			}

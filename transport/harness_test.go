@@ -30,6 +30,7 @@ type testBackend struct {
 	unavailable atomic.Bool            // answer UNAVAILABLE_IN_CURRENT_STATUS
 	dropNext    atomic.Bool            // drop every connection after the next Propose applies
 	loseNext    atomic.Bool            // answer the next Propose OUTCOME_UNKNOWN after applying it
+	paused      atomic.Bool            // answer ExistKey only at the call's deadline, as a SIGSTOPped process
 
 	proposes atomic.Int64 // Propose calls that reached the FSM
 	refused  atomic.Int64 // calls answered NOT_LEADER or UNAVAILABLE
@@ -81,7 +82,12 @@ func (b *testBackend) GetReplicaList(_ context.Context, key string) ([]oplog.Rep
 	return b.f.GetReplicaList(key, b.Now())
 }
 
-func (b *testBackend) ExistKey(_ context.Context, key string) (bool, fsm.Grant, error) {
+func (b *testBackend) ExistKey(ctx context.Context, key string) (bool, fsm.Grant, error) {
+	if b.paused.Load() {
+		b.refused.Add(1)
+		<-ctx.Done()
+		return false, fsm.Grant{}, ctx.Err()
+	}
 	if err := b.refuse(); err != nil {
 		return false, fsm.Grant{}, err
 	}

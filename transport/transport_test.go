@@ -206,6 +206,22 @@ func TestUnavailableRetriedUntilDeadline(t *testing.T) {
 	require.NoError(t, c.MountSegment(ctxT(t, 10*time.Second), "c1", seg("s1", 0)))
 }
 
+func TestPausedEndpointLeftAfterTimeout(t *testing.T) {
+	paused, pausedAddr := startNode(t)
+	_, addr := startNode(t)
+	paused.paused.Store(true)
+	c := dialT(t, pausedAddr, addr)
+
+	_, _, err := c.ExistKey(ctxT(t, 200*time.Millisecond), "k")
+	require.Error(t, err, "the paused node never answers")
+	// A node that took a call and never answered is not asked first again:
+	// a paused leader must not hold every later call until its deadline.
+	_, _, err = c.ExistKey(ctxT(t, 200*time.Millisecond), "k")
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, paused.refused.Load(), "the paused node got one call")
+	assert.Equal(t, addr, c.pick())
+}
+
 func TestUnreachableEndpointSkipped(t *testing.T) {
 	b, addr := startNode(t)
 	c := dialT(t, deadAddr(t), addr)
