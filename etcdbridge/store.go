@@ -134,6 +134,20 @@ var _ oplog.Feed = (*Store)(nil)
 // Open dials etcd and checks that it answers within DialTimeout, so a wrong
 // endpoint fails here, clearly, rather than at the first write.
 func Open(cfg Config) (*Store, error) {
+	s, err := Dial(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Check(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Dial creates the etcd client without waiting for etcd to answer; calls
+// fail, and may be retried, until it does.
+func Dial(cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.Endpoints) == 0 {
 		return nil, errcode.New(errcode.InvalidParams, "etcd: no endpoints given")
@@ -161,17 +175,21 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, opErr(err, "etcd: connect to %v", cfg.Endpoints)
 	}
-	// clientv3.New does not wait for a connection: one linearizable read
-	// proves an endpoint answers and the cluster has a leader.
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
-	defer cancel()
 	s := New(c, cfg)
 	s.owned = true
-	if _, err := c.Get(ctx, s.latestKey, clientv3.WithCountOnly()); err != nil {
-		c.Close()
-		return nil, opErr(err, "etcd: %v did not answer within %v", cfg.Endpoints, cfg.DialTimeout)
-	}
 	return s, nil
+}
+
+// Check proves, with one linearizable read within DialTimeout, that an
+// endpoint answers and the etcd cluster has a leader (clientv3.New does not
+// wait for a connection).
+func (s *Store) Check() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DialTimeout)
+	defer cancel()
+	if _, err := s.c.Get(ctx, s.latestKey, clientv3.WithCountOnly()); err != nil {
+		return opErr(err, "etcd: %v did not answer within %v", s.cfg.Endpoints, s.cfg.DialTimeout)
+	}
+	return nil
 }
 
 // New returns a Store over an existing client; Close leaves the client open.

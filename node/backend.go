@@ -77,8 +77,8 @@ func (n *Node) Members(ctx context.Context) ([]*moonraftpb.Member, error) {
 
 // AddVoter adds a server to the cluster (leader only).
 func (n *Node) AddVoter(ctx context.Context, id, raftAddr string) error {
-	if !n.IsLeader() {
-		return n.notLeader()
+	if err := n.awaitLeader(ctx); err != nil {
+		return err
 	}
 	if id == "" || raftAddr == "" {
 		return errcode.New(errcode.InvalidParams, "add voter needs an id and a raft address")
@@ -91,8 +91,8 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr string) error {
 
 // RemoveServer removes a server from the cluster (leader only).
 func (n *Node) RemoveServer(ctx context.Context, id string) error {
-	if !n.IsLeader() {
-		return n.notLeader()
+	if err := n.awaitLeader(ctx); err != nil {
+		return err
 	}
 	if n.serverAddr(id) == "" {
 		return errcode.New(errcode.InvalidParams, "no member %q", id)
@@ -122,8 +122,8 @@ func (n *Node) SnapshotSave(ctx context.Context, w io.Writer) error {
 // (raft.Restore). The file is spooled and verified first, so a bad one
 // changes nothing.
 func (n *Node) SnapshotRestore(ctx context.Context, r io.Reader) error {
-	if !n.IsLeader() {
-		return n.notLeader()
+	if err := n.awaitLeader(ctx); err != nil {
+		return err
 	}
 	tmp, err := os.CreateTemp(n.cfg.DataDir, "restore-*.snap")
 	if err != nil {

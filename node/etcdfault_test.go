@@ -486,3 +486,52 @@ func TestEtcdBlackholeThroughToxiproxy(t *testing.T) {
 	require.Equal(t, before+ringCap+1, final)
 	checkOpLog(t, direct, final)
 }
+
+// TestRestartDuringEtcdOutage: nodes with Raft state start, elect, promote
+// and serve writes while etcd is down (the state is in Raft; master_view and
+// the OpLog catch up when etcd is back), while a new node, with nothing
+// to recover, still refuses an etcd that does not answer.
+func TestRestartDuringEtcdOutage(t *testing.T) {
+	e := testEtcd(t)
+	proxy := etcdProxy(t, e.Endpoints[0])
+	viaProxy := e
+	viaProxy.Endpoints = []string{"http://" + proxy.Listen}
+	viaProxy.DialTimeout = time.Second
+	c := newCluster(t, 3, 50*time.Millisecond, withEtcd(viaProxy))
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	put(t, nd, "before")
+	direct, err := etcdbridge.Open(e)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = direct.Close() })
+	waitExported(t, nd, direct, 10*time.Second)
+
+	proxy.Stop()
+	for i := range c.nodes {
+		c.stop(i)
+	}
+	for i := range c.nodes {
+		c.start(i)
+	}
+	nd = c.nodes[c.leader()]
+	put(t, nd, "during")
+	view, ok, err := direct.MasterView(ctx(t))
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.NotEqual(t, nd.raft.CurrentTerm(), view.Term, "etcd is cut off: the new term is not published yet")
+
+	require.NoError(t, proxy.Start())
+	seq := waitExported(t, nd, direct, 20*time.Second)
+	checkOpLog(t, direct, seq)
+	require.Eventually(t, func() bool {
+		view, _, err = direct.MasterView(ctx(t))
+		return err == nil && view.Term == nd.raft.CurrentTerm() && view.LeaderID == nd.cfg.ID
+	}, 10*time.Second, 20*time.Millisecond, "master_view published once etcd is back")
+
+	proxy.Stop()
+	fresh := c.cfgs[0]
+	fresh.DataDir = t.TempDir()
+	_, err = Start(context.Background(), fresh)
+	require.Error(t, err, "a new node checks its etcd first")
+	assert.Equal(t, errcode.EtcdOperationError, errcode.Of(err), "%v", err)
+}

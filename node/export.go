@@ -27,16 +27,28 @@ type snapshotDone struct {
 }
 
 // publishMasterView is promotion step 3: announce this leader in etcd,
-// fenced by term so a deposed leader cannot overwrite a newer one.
+// fenced by term so a deposed leader cannot overwrite a newer one. It
+// retries until published, a newer term is there, or leadership ends, and
+// runs beside serving: an etcd outage must not keep a new leader from its
+// clients.
 func (n *Node) publishMasterView(ctx context.Context) {
 	v := etcdbridge.MasterView{LeaderID: n.cfg.ID, GRPCAddr: n.cfg.GRPCAddr, RaftAddr: string(n.trans.LocalAddr()), Term: n.raft.CurrentTerm()}
-	cctx, cancel := callCtx(ctx)
-	defer cancel()
-	start := time.Now()
-	err := n.etcd.PublishMasterView(cctx, v)
-	n.metrics.observeEtcd("master_view", start, err)
-	if err != nil {
-		n.log.Warn("master_view not published", "term", v.Term, "error", err)
+	b := newBackoff(100*time.Millisecond, 2*time.Second)
+	for ctx.Err() == nil {
+		cctx, cancel := callCtx(ctx)
+		start := time.Now()
+		err := n.etcd.PublishMasterView(cctx, v)
+		cancel()
+		n.metrics.observeEtcd("master_view", start, err)
+		if err == nil {
+			return
+		}
+		if _, stale := errors.AsType[*etcdbridge.StaleTermError](err); stale {
+			n.log.Warn("master_view not published: etcd holds a newer term", "term", v.Term, "error", err)
+			return
+		}
+		n.log.Warn("master_view not published yet; retrying", "term", v.Term, "error", err)
+		b.wait(ctx)
 	}
 }
 

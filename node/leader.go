@@ -55,10 +55,13 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		}
 	}
 	if n.etcd != nil {
-		n.publishMasterView(ctx)
 		var wg sync.WaitGroup
 		defer wg.Wait()
-		wg.Add(1)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			n.publishMasterView(ctx)
+		}()
 		go func() {
 			defer wg.Done()
 			n.exportLoop(ctx)
@@ -72,6 +75,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		}
 	}
 	n.promoted.Store(true)
+	n.leaderSignal.fire()
 	n.log.Info("promotion done, serving")
 	t := time.NewTicker(n.cfg.Tick)
 	defer t.Stop()

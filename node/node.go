@@ -66,9 +66,11 @@ type Node struct {
 	renewed     map[string]struct{}
 
 	notifyCh chan bool
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	closed   atomic.Bool
+	// leaderSignal wakes requests that wait out an election (awaitLeader).
+	leaderSignal *leaderSignal
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
+	closed       atomic.Bool
 }
 
 const (
@@ -96,17 +98,19 @@ func New(cfg Config) (*Node, error) {
 		return nil, errcode.New(errcode.FileWriteFail, "data dir %s: %v", cfg.DataDir, err)
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger.With("node", cfg.ID),
-		now:      cfg.Now,
-		sm:       newStateMachine(cfg.ClusterID, cfg.ID, cfg.Now),
-		batcher:  lease.NewBatcher(urgentWithin),
-		gate:     newGate(),
-		ringCh:   make(chan struct{}, 1),
-		snapCh:   make(chan snapshotDone, 16),
-		renewed:  map[string]struct{}{},
-		notifyCh: make(chan bool, 16),
+		cfg:          cfg,
+		log:          cfg.Logger.With("node", cfg.ID),
+		now:          cfg.Now,
+		sm:           newStateMachine(cfg.ClusterID, cfg.ID, cfg.Now),
+		batcher:      lease.NewBatcher(urgentWithin),
+		gate:         newGate(),
+		ringCh:       make(chan struct{}, 1),
+		snapCh:       make(chan snapshotDone, 16),
+		renewed:      map[string]struct{}{},
+		notifyCh:     make(chan bool, 16),
+		leaderSignal: newLeaderSignal(),
 	}
+	n.sm.onPromote = n.leaderSignal.fire
 	n.sm.onApply = func() {
 		select {
 		case n.ringCh <- struct{}{}:
@@ -133,9 +137,19 @@ func New(cfg Config) (*Node, error) {
 		if cfg.Etcd.ClusterID == "" {
 			n.cfg.Etcd.ClusterID = cfg.ClusterID
 		}
-		store, err := etcdbridge.Open(n.cfg.Etcd)
+		store, err := etcdbridge.Dial(n.cfg.Etcd)
 		if err != nil {
 			return nil, err
+		}
+		if err := store.Check(); err != nil {
+			// A new node fails fast on a wrong etcd address. A restart must
+			// not depend on etcd: the cluster's state is in Raft, and the
+			// exporter catches up once etcd answers.
+			if _, serr := os.Stat(filepath.Join(cfg.DataDir, raftDB)); serr != nil {
+				_ = store.Close()
+				return nil, err
+			}
+			n.log.Warn("etcd does not answer; starting from the Raft state, OpLog export resumes when it does", "error", err)
 		}
 		n.etcd = store
 	} else {
@@ -312,13 +326,17 @@ func (n *Node) serverAddr(id string) raft.ServerAddress {
 }
 
 // notLeader answers a request that reached a follower: NOT_LEADER with the
-// leader's client address when the replicated state knows it, else a
-// retryable UNAVAILABLE_IN_CURRENT_STATUS.
+// leader's client address when the replicated state knows it and the
+// leader was heard from lately, else a retryable
+// UNAVAILABLE_IN_CURRENT_STATUS. A leader silent for half the heartbeat
+// timeout is likely dead or paused: sending clients to it would only cost
+// them a timeout.
 func (n *Node) notLeader() error {
 	_, leaderID := n.raft.LeaderWithID()
 	var st fsm.Stats
 	n.sm.read(func(f *fsm.FSM) { st = f.Stats() })
-	if leaderID != "" && string(leaderID) == st.LeaderID && st.LeaderAddr != "" && st.LeaderID != n.cfg.ID {
+	if leaderID != "" && string(leaderID) == st.LeaderID && st.LeaderAddr != "" && st.LeaderID != n.cfg.ID &&
+		time.Since(n.raft.LastContact()) < n.cfg.HeartbeatTimeout/2 {
 		return errcode.New(errcode.NotLeader, "%s", st.LeaderAddr)
 	}
 	return errcode.New(errcode.UnavailableInCurrentStatus, "node %s is not the leader and no promoted leader is known yet; retry", n.cfg.ID)

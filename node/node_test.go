@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moonraft/moonraft/internal/freeport"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/moonraft/moonraft/errcode"
@@ -25,10 +27,9 @@ type cluster struct {
 }
 
 func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 // newCluster starts n bootstrapped nodes on loopback with short timeouts.
@@ -221,6 +222,29 @@ func TestLeadershipTransfer(t *testing.T) {
 	c.converged()
 	assert.Equal(t, 2, int(c.nodes[l].Status().Objects))
 	assert.Equal(t, c.cfgs[target].GRPCAddr, c.nodes[l].Status().LeaderGrpcAddr, "the new leader's Promote reached the old one")
+}
+
+// TestFollowerWaitsOutElection: a request that reaches a follower while the
+// leader is gone is held through the election and then sent to the new
+// leader (or served, if that follower won) — not bounced back to the dead
+// leader or refused while the client could simply wait.
+func TestFollowerWaitsOutElection(t *testing.T) {
+	c := newCluster(t, 3, 50*time.Millisecond)
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	c.stop(l)
+	f := (l + 1) % 3
+	time.Sleep(c.cfgs[f].HeartbeatTimeout / 2) // the old leader is now silent long enough to be suspect
+	_, err := c.nodes[f].Propose(ctx(t), &fsm.MountSegment{NowMs: time.Now().UnixMilli(), ClientID: "c2",
+		Segment: fsm.SegmentSpec{ID: "s9", Name: "host9", Base: 9 << 40, Size: 1 << 30}})
+	nl := c.leader()
+	require.NotEqual(t, l, nl)
+	if nl == f {
+		require.NoError(t, err, "the follower won and served the request")
+		return
+	}
+	require.Equal(t, errcode.NotLeader, errcode.Of(err), "%v", err)
+	assert.Contains(t, err.Error(), c.cfgs[nl].GRPCAddr, "sent to the new leader")
 }
 
 func TestRestartWithDataDir(t *testing.T) {

@@ -20,8 +20,8 @@ func (n *Node) IsLeader() bool {
 // renewals and hold reads of what they remove until applied, so a lease a
 // read has returned is never broken (DESIGN.md, "Time, leases, eviction").
 func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
-	if !n.IsLeader() {
-		return fsm.Result{}, n.notLeader()
+	if err := n.awaitLeader(ctx); err != nil {
+		return fsm.Result{}, err
 	}
 	var release func()
 	switch c := cmd.(type) {
@@ -54,8 +54,8 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 // ProposeBatch replicates puts as one log entry (one Raft round trip for a
 // whole batch RPC), applied in order with a result each.
 func (n *Node) ProposeBatch(ctx context.Context, cmds []fsm.Command) ([]fsm.Result, error) {
-	if !n.IsLeader() {
-		return nil, n.notLeader()
+	if err := n.awaitLeader(ctx); err != nil {
+		return nil, err
 	}
 	for i, c := range cmds {
 		if !fsm.Batchable(c) {
@@ -101,8 +101,8 @@ func (n *Node) Read(ctx context.Context, fn func(f *fsm.FSM)) error {
 }
 
 func (n *Node) verifyLeader(ctx context.Context) error {
-	if !n.IsLeader() {
-		return n.notLeader()
+	if err := n.awaitLeader(ctx); err != nil {
+		return err
 	}
 	if err := n.verifier.verify(ctx); err != nil {
 		return n.raftErr(err, false)

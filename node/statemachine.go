@@ -19,8 +19,10 @@ type stateMachine struct {
 	clusterID string
 	nodeID    string
 	now       func() int64
-	// onApply and onSnapshot tell the node's exporter there is work.
+	// onApply and onSnapshot tell the node's exporter there is work;
+	// onPromote wakes requests waiting for a leader.
 	onApply    func()
+	onPromote  func()
 	onSnapshot func(snapshotDone)
 
 	appliedIndex atomic.Uint64
@@ -47,6 +49,9 @@ func (s *stateMachine) Apply(l *raft.Log) any {
 	s.appliedTerm.Store(l.Term)
 	if s.onApply != nil {
 		s.onApply()
+	}
+	if s.onPromote != nil && l.Type == raft.LogCommand && len(l.Data) > 0 && fsm.CmdType(l.Data[0]) == fsm.CmdPromote {
+		s.onPromote()
 	}
 	return r
 }
