@@ -1,7 +1,10 @@
 package fsm
 
 import (
+	"cmp"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/moonraft/moonraft/lease"
@@ -144,4 +147,40 @@ func TestEvictOnlyWhenTold(t *testing.T) {
 	assert.Zero(t, r.Evicted)
 	r = x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}, Evict: true})
 	assert.Equal(t, uint64(1), r.Evicted)
+}
+
+// TestVictimHeapMatchesSort: the streaming selection keeps exactly the
+// prefix of the full eviction order that covers the target — what sorting
+// every candidate and taking them until the target is met gives.
+func TestVictimHeapMatchesSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for round := 0; round < 500; round++ {
+		n := rng.IntN(300)
+		cs := make([]evictCandidate, n)
+		var total uint64
+		for i := range cs {
+			cs[i] = evictCandidate{leaseMs: int64(rng.IntN(20)), ord: i, bytes: 1 + uint64(rng.IntN(100)), key: fmt.Sprint(i)}
+			total += cs[i].bytes
+		}
+		target := 1 + uint64(rng.Int64N(int64(total+50)))
+		v := victimHeap{target: target}
+		for _, c := range cs {
+			v.offer(c)
+		}
+		want := slices.Clone(cs)
+		slices.SortFunc(want, func(a, b evictCandidate) int {
+			return cmp.Or(cmp.Compare(a.leaseMs, b.leaseMs), cmp.Compare(a.ord, b.ord))
+		})
+		var freed uint64
+		i := 0
+		for ; i < len(want) && freed < target; i++ {
+			freed += want[i].bytes
+		}
+		got := v.sorted()
+		require.Equal(t, len(want[:i]), len(got), "round %d: %d candidates, target %d", round, n, target)
+		if i > 0 {
+			require.Equal(t, want[:i], got, "round %d: %d candidates, target %d", round, n, target)
+		}
+		require.Equal(t, freed, v.held)
+	}
 }

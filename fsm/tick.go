@@ -100,6 +100,7 @@ func mulDiv(a, b, c uint64) uint64 {
 type evictCandidate struct {
 	leaseMs int64
 	ord     int // position in key order: ties on the lease go by key
+	bytes   uint64
 	key     string
 	obj     *object
 }
@@ -116,24 +117,37 @@ func (a *evictCandidate) less(b *evictCandidate) bool {
 func (f *FSM) evict() uint64 {
 	f.needSpace = false
 	target := mulDiv(f.capacity, f.params.EvictionRatioPPM, ppm)
-	plain := make([]evictCandidate, 0, f.objects.Len())
-	var pinned []evictCandidate
+	if target == 0 {
+		return 0
+	}
+	plain, pinned := victimHeap{target: target}, victimHeap{target: target}
+	ord := 0
 	f.objects.Ascend(func(it objItem) bool {
 		o := it.obj
 		if !o.complete() || f.leased(o) {
 			return true
 		}
-		c := evictCandidate{f.effectiveLease(o), len(plain) + len(pinned), it.key, o}
+		c := evictCandidate{f.effectiveLease(o), ord, o.heldBytes(), it.key, o}
+		ord++
 		if o.softPin && lease.Active(o.softPinMs, f.nowMs) {
-			pinned = append(pinned, c)
+			pinned.offer(c)
 		} else {
-			plain = append(plain, c)
+			plain.offer(c)
 		}
 		return true
 	})
-	victims, freed := smallestUntil(plain, target, nil, 0)
-	if freed < target && f.params.AllowEvictSoftPinned {
-		victims, _ = smallestUntil(pinned, target, victims, freed)
+	victims := plain.sorted()
+	if plain.held < target && f.params.AllowEvictSoftPinned {
+		// pinned holds the first of them for the whole target, so the
+		// first of those cover what plain left.
+		freed := plain.held
+		for _, c := range pinned.sorted() {
+			if freed >= target {
+				break
+			}
+			victims = append(victims, c)
+			freed += c.bytes
+		}
 	}
 	f.ring = slices.Grow(f.ring, len(victims))
 	f.tombQueue = slices.Grow(f.tombQueue, len(victims))
@@ -143,41 +157,90 @@ func (f *FSM) evict() uint64 {
 	return uint64(len(victims))
 }
 
-// smallestUntil appends to out the candidates of cs in eviction order until
-// the bytes they hold bring freed to target. It heapifies cs and pops, which
-// is O(n + k log n) for k victims of n candidates: a full sort would cost
-// more, and there are many more candidates than victims.
-func smallestUntil(cs []evictCandidate, target uint64, out []evictCandidate, freed uint64) ([]evictCandidate, uint64) {
-	for i := len(cs)/2 - 1; i >= 0; i-- {
-		siftDown(cs, i)
-	}
-	for len(cs) > 0 && freed < target {
-		out = append(out, cs[0])
-		freed += cs[0].obj.heldBytes()
-		last := len(cs) - 1
-		cs[0] = cs[last]
-		cs = cs[:last]
-		siftDown(cs, 0)
-	}
-	return out, freed
+// victimHeap keeps, of the candidates offered so far, the fewest that come
+// first in eviction order and together hold at least target bytes (all of
+// them while they hold less). It is a max-heap in eviction order: once the
+// target is covered, a candidate that comes after the top is turned away
+// with one comparison, and a candidate before it may push the last ones
+// out. A pass over n candidates for k victims costs O(n log k) time and
+// O(k) memory, where collecting and heapifying every candidate cost O(n)
+// memory — most of a large eviction's time was that allocation.
+type victimHeap struct {
+	target, held uint64
+	h            []evictCandidate
 }
 
-func siftDown(h []evictCandidate, i int) {
+func (v *victimHeap) offer(c evictCandidate) {
+	if v.held < v.target {
+		// Until the target is covered every candidate is kept: no order
+		// is needed yet, and when every candidate is a victim none ever is.
+		v.h = append(v.h, c)
+		if v.held += c.bytes; v.held >= v.target {
+			for i := len(v.h)/2 - 1; i >= 0; i-- {
+				v.siftDown(i)
+			}
+			v.trim()
+		}
+		return
+	}
+	if !c.less(&v.h[0]) {
+		return
+	}
+	v.h = append(v.h, c)
+	v.held += c.bytes
+	for i := len(v.h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !v.h[p].less(&v.h[i]) {
+			break
+		}
+		v.h[p], v.h[i] = v.h[i], v.h[p]
+		i = p
+	}
+	v.trim()
+}
+
+// trim drops the last candidates while the others still cover the target.
+func (v *victimHeap) trim() {
+	for v.held-v.h[0].bytes >= v.target {
+		v.held -= v.h[0].bytes
+		last := len(v.h) - 1
+		v.h[0] = v.h[last]
+		v.h = v.h[:last]
+		v.siftDown(0)
+	}
+}
+
+func (v *victimHeap) siftDown(i int) {
+	h := v.h
 	for {
 		l := 2*i + 1
 		if l >= len(h) {
 			return
 		}
 		m := l
-		if r := l + 1; r < len(h) && h[r].less(&h[l]) {
+		if r := l + 1; r < len(h) && h[l].less(&h[r]) {
 			m = r
 		}
-		if !h[m].less(&h[i]) {
+		if !h[i].less(&h[m]) {
 			return
 		}
 		h[i], h[m] = h[m], h[i]
 		i = m
 	}
+}
+
+// sorted returns the kept candidates in eviction order.
+func (v *victimHeap) sorted() []evictCandidate {
+	slices.SortFunc(v.h, func(a, b evictCandidate) int {
+		switch {
+		case a.less(&b):
+			return -1
+		case b.less(&a):
+			return 1
+		}
+		return 0
+	})
+	return v.h
 }
 
 func (o *object) heldBytes() uint64 {
