@@ -65,6 +65,23 @@ func TestQuantileAndRatios(t *testing.T) {
 	assert.Equal(t, ratio{"put", 8, 10, 0.25, 0}, rs[0], "a zero denominator gives 0, not Inf")
 }
 
+func TestFailoverGaps(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms ...int) []time.Time {
+		var ts []time.Time
+		for _, m := range ms {
+			ts = append(ts, t0.Add(time.Duration(m)*time.Millisecond))
+		}
+		return ts
+	}
+	// Kill at 100: one write lands just after it (105), then nothing until
+	// 700. Kill at 1000: the gap is 990 → 1600. No success after a kill
+	// at 3000: nothing to measure.
+	successes := at(10, 50, 90, 105, 700, 710, 990, 1600, 1610, 2000)
+	got := failoverGaps(successes, at(100, 1000, 3000))
+	assert.Equal(t, []float64{595, 610}, got, "the longest gap after each kill, not the first success")
+}
+
 func TestOutput(t *testing.T) {
 	dir := t.TempDir()
 	r := &report{Machine: "m", Steps: []stepResult{

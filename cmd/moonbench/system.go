@@ -239,6 +239,31 @@ func (lc *localCluster) leader(ctx context.Context) (*proc, error) {
 	return nil, errors.New("no leader within 30 s")
 }
 
+// caughtUp waits until p has applied what the leader had applied when
+// asked.
+func (lc *localCluster) caughtUp(ctx context.Context, p *proc) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	l, err := lc.leader(ctx)
+	if err != nil {
+		return err
+	}
+	target, err := lc.cl.Progress(ctx, l.grpc)
+	if err != nil {
+		return err
+	}
+	for {
+		if st, err := lc.cl.Progress(ctx, p.grpc); err == nil && st.AppliedIndex >= target.AppliedIndex {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not catch up with the leader's index %d: %w", p.id, target.AppliedIndex, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func (lc *localCluster) name() string              { return "moonraft" }
 func (lc *localCluster) client() *transport.Client { return lc.cl }
 func (lc *localCluster) etcd() etcdLoad            { return embeddedEtcdLoad() }
