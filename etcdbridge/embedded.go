@@ -5,14 +5,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moonraft/moonraft/internal/freeport"
-
 	"go.etcd.io/etcd/client/pkg/v3/logutil"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/internal/freeport"
 )
 
 // EmbeddedReadyTimeout bounds how long StartEmbedded waits for the server

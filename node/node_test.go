@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moonraft/moonraft/internal/freeport"
-
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

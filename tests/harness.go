@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/internal/freeport"
-
 	"github.com/moonraft/moonraft/transport"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )

@@ -9,12 +9,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moonraft/moonraft/internal/freeport"
-
 	"github.com/hashicorp/go-hclog"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/lease"
 	"github.com/moonraft/moonraft/node"
 	"github.com/moonraft/moonraft/oplog"

@@ -13,10 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/moonraft/moonraft/internal/freeport"
-
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/transport"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moonraft/moonraft/internal/freeport"
-
 	"github.com/hashicorp/go-hclog"
+	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/node"
 	"github.com/moonraft/moonraft/transport"
 	"github.com/moonraft/moonraft/transport/certgen"

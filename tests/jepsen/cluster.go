@@ -13,12 +13,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/moonraft/moonraft/internal/freeport"
-
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/transport"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
