@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"maps"
 	"net/url"
 	"slices"
@@ -357,6 +358,14 @@ func TestFollowerOverRealEtcd(t *testing.T) {
 	require.NoError(t, ef.Follower().WaitFor(ctx(t), 7))
 	assert.Equal(t, hex.EncodeToString(digest[:]), ef.Status().ObjectSetDigest)
 	assert.NoError(t, ef.Err())
+
+	// It is read-only: writes and admin calls are refused, naming the mode.
+	_, err = ef.Propose(ctx(t), &fsm.RemoveAll{NowMs: ts, Force: true})
+	assert.Equal(t, errcode.UnavailableInCurrentMode, errcode.Of(err), "%v", err)
+	for _, err := range []error{ef.AddVoter(ctx(t), "x", "127.0.0.1:1"), ef.TransferLeadership(ctx(t), ""), ef.SnapshotSave(ctx(t), io.Discard)} {
+		assert.Equal(t, errcode.UnavailableInCurrentMode, errcode.Of(err), "%v", err)
+		assert.Contains(t, err.Error(), "read-only etcd follower")
+	}
 }
 
 // TestFollowerRefusesBadChecksum: a follower of a real cluster's export

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"sync"
@@ -38,6 +37,7 @@ type FollowerConfig struct {
 // EtcdFollower serves GetReplicaList, ExistKey (no lease is granted: it
 // cannot renew anything) and Status from an oplog.Follower.
 type EtcdFollower struct {
+	transport.NoAdmin
 	cfg    FollowerConfig
 	store  *etcdbridge.Store
 	f      *oplog.Follower
@@ -71,7 +71,7 @@ func StartEtcdFollower(cfg FollowerConfig) (*EtcdFollower, error) {
 	if err != nil {
 		return nil, err
 	}
-	ef := &EtcdFollower{cfg: cfg, store: store,
+	ef := &EtcdFollower{NoAdmin: transport.NoAdmin{Err: readOnly()}, cfg: cfg, store: store,
 		f: oplog.NewFollower(oplog.FollowerConfig{Feed: store, Logger: cfg.Logger.Named("follower")})}
 	if cfg.Snapshot != "" {
 		if err := ef.seed(cfg.Snapshot); err != nil {
@@ -194,12 +194,3 @@ func (ef *EtcdFollower) Status() *moonraftpb.NodeStatus {
 		EtcdExport:      true,
 	}
 }
-
-func (ef *EtcdFollower) Members(context.Context) ([]*moonraftpb.Member, error) {
-	return nil, readOnly()
-}
-func (ef *EtcdFollower) AddVoter(context.Context, string, string) error   { return readOnly() }
-func (ef *EtcdFollower) RemoveServer(context.Context, string) error       { return readOnly() }
-func (ef *EtcdFollower) TransferLeadership(context.Context, string) error { return readOnly() }
-func (ef *EtcdFollower) SnapshotSave(context.Context, io.Writer) error    { return readOnly() }
-func (ef *EtcdFollower) SnapshotRestore(context.Context, io.Reader) error { return readOnly() }

@@ -5,7 +5,6 @@ package tests
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moonraft/moonraft/internal/child"
 	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/transport"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
@@ -36,11 +36,8 @@ func Binaries(t testing.TB, dir string) (moonraft, moonctl string) {
 
 // Proc is one moonraft process.
 type Proc struct {
+	child.Proc
 	ID, GRPCAddr, RaftAddr string
-	args                   []string
-	bin, logPath           string
-	cmd                    *exec.Cmd
-	done                   chan struct{}
 }
 
 // Cluster is n moonraft processes bootstrapped together.
@@ -62,13 +59,13 @@ func StartCluster(t testing.TB, bin, dir string, n int, extra ...string) *Cluste
 	c := &Cluster{t: t}
 	var peers []string
 	for i := 0; i < n; i++ {
-		p := &Proc{ID: fmt.Sprintf("n%d", i), GRPCAddr: freePort(t), RaftAddr: freePort(t), bin: bin,
-			logPath: filepath.Join(dir, fmt.Sprintf("n%d.log", i))}
+		p := &Proc{ID: fmt.Sprintf("n%d", i), GRPCAddr: freePort(t), RaftAddr: freePort(t),
+			Proc: child.Proc{Bin: bin, LogPath: filepath.Join(dir, fmt.Sprintf("n%d.log", i))}}
 		c.Procs = append(c.Procs, p)
 		peers = append(peers, p.ID+"="+p.RaftAddr)
 	}
 	for _, p := range c.Procs {
-		p.args = append([]string{"--id", p.ID, "--data-dir", filepath.Join(dir, p.ID),
+		p.Args = append([]string{"--id", p.ID, "--data-dir", filepath.Join(dir, p.ID),
 			"--raft-addr", p.RaftAddr, "--grpc-addr", p.GRPCAddr,
 			"--bootstrap", "--peers", strings.Join(peers, ","), "--log-level", "warn"}, extra...)
 		c.Start(p)
@@ -79,54 +76,26 @@ func StartCluster(t testing.TB, bin, dir string, n int, extra ...string) *Cluste
 
 // Start (re)starts p with its original flags and data dir.
 func (c *Cluster) Start(p *Proc) {
-	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
+	if err := p.Proc.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	p.cmd = exec.Command(p.bin, p.args...)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	// A test binary killed by its timeout runs no cleanups: the kernel
-	// ends the nodes with it.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	p.done = make(chan struct{})
-	go func() {
-		_ = p.cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
 }
 
 // Kill sends sig to p and waits for it to exit.
 func (c *Cluster) Kill(p *Proc, sig syscall.Signal) {
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
+	p.Signal(sig)
+	if !p.Wait(15 * time.Second) {
 		c.t.Fatalf("%s did not exit after %v", p.ID, sig)
 	}
 }
 
 // StopAll stops every process still running.
 func (c *Cluster) StopAll() {
+	var ps []*child.Proc
 	for _, p := range c.Procs {
-		if p.cmd != nil && p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		}
+		ps = append(ps, &p.Proc)
 	}
-	for _, p := range c.Procs {
-		if p.done == nil {
-			continue
-		}
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	}
+	child.StopAll(10*time.Second, ps...)
 }
 
 // Endpoints lists every node's gRPC address.

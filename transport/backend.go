@@ -42,3 +42,15 @@ type Backend interface {
 	// SnapshotRestore installs a snapshot on the whole cluster through Raft.
 	SnapshotRestore(ctx context.Context, r io.Reader) error
 }
+
+// NoAdmin answers Backend's membership and snapshot calls with Err, for a
+// server with no Raft group behind it (the etcd follower, moonbench's
+// baseline primary): embed it.
+type NoAdmin struct{ Err error }
+
+func (a NoAdmin) Members(context.Context) ([]*moonraftpb.Member, error) { return nil, a.Err }
+func (a NoAdmin) AddVoter(context.Context, string, string) error        { return a.Err }
+func (a NoAdmin) RemoveServer(context.Context, string) error            { return a.Err }
+func (a NoAdmin) TransferLeadership(context.Context, string) error      { return a.Err }
+func (a NoAdmin) SnapshotSave(context.Context, io.Writer) error         { return a.Err }
+func (a NoAdmin) SnapshotRestore(context.Context, io.Reader) error      { return a.Err }

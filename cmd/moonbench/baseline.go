@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 // renewals batched to etcd once a second. Its standbys follow etcd alone.
 // It serves the same gRPC API as moonraft, so the same workload drives it.
 type rawPrimary struct {
+	transport.NoAdmin
 	mu      sync.RWMutex
 	f       *fsm.FSM
 	store   *etcdbridge.Store
@@ -54,7 +54,7 @@ func (a *ackTracker) ack(seq uint64) uint64 {
 }
 
 func newRawPrimary(store *etcdbridge.Store) *rawPrimary {
-	p := &rawPrimary{f: fsm.New(), store: store, batcher: lease.NewBatcher(1000), acks: ackTracker{acked: map[uint64]bool{}}}
+	p := &rawPrimary{NoAdmin: transport.NoAdmin{Err: errcode.New(errcode.UnavailableInCurrentMode, "not part of the baseline")}, f: fsm.New(), store: store, batcher: lease.NewBatcher(1000), acks: ackTracker{acked: map[uint64]bool{}}}
 	params := fsm.DefaultParams()
 	params.ExportRingCap = 1 << 40 // the ring only holds what is being written
 	p.f.ApplyCommand(&fsm.Promote{NowMs: p.Now(), LeaderID: "primary", Term: 1, Params: params})
@@ -166,10 +166,6 @@ func (p *rawPrimary) Ping(_ context.Context, clientID string) (bool, error) {
 	return !ok, nil
 }
 
-func notInBaseline() error {
-	return errcode.New(errcode.UnavailableInCurrentMode, "not part of the baseline")
-}
-
 func (p *rawPrimary) Progress() *moonraftpb.NodeStatus { return p.Status() }
 
 func (p *rawPrimary) Status() *moonraftpb.NodeStatus {
@@ -178,14 +174,6 @@ func (p *rawPrimary) Status() *moonraftpb.NodeStatus {
 	st := p.f.Stats()
 	return &moonraftpb.NodeStatus{Id: "primary", Role: "leader", Promoted: true, AppliedSeq: st.AppliedSeq, Objects: uint64(st.Objects)}
 }
-func (p *rawPrimary) Members(context.Context) ([]*moonraftpb.Member, error) {
-	return nil, notInBaseline()
-}
-func (p *rawPrimary) AddVoter(context.Context, string, string) error   { return notInBaseline() }
-func (p *rawPrimary) RemoveServer(context.Context, string) error       { return notInBaseline() }
-func (p *rawPrimary) TransferLeadership(context.Context, string) error { return notInBaseline() }
-func (p *rawPrimary) SnapshotSave(context.Context, io.Writer) error    { return notInBaseline() }
-func (p *rawPrimary) SnapshotRestore(context.Context, io.Reader) error { return notInBaseline() }
 
 var _ transport.Backend = (*rawPrimary)(nil)
 

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/moonraft/moonraft/internal/listflag"
 )
 
 type config struct {
@@ -69,14 +71,14 @@ func parse(args []string) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	c.endpoints = splitList(*endpoints)
-	c.workloads = splitList(*workloads)
+	c.endpoints = listflag.Split(*endpoints)
+	c.workloads = listflag.Split(*workloads)
 	for _, w := range c.workloads {
 		if _, ok := workloadByName[w]; !ok {
 			return c, fmt.Errorf("unknown workload %q (put, get, mixed, batch-put, batch-get, evict)", w)
 		}
 	}
-	for _, s := range splitList(*clients) {
+	for _, s := range listflag.Split(*clients) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
 			return c, fmt.Errorf("--clients: %q is not a positive number", s)
@@ -100,16 +102,6 @@ func parse(args []string) (config, error) {
 		return c, fmt.Errorf("--batch must be positive")
 	}
 	return c, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 func run(args []string) error {

@@ -7,14 +7,13 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/internal/child"
 	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/transport"
 	"github.com/prometheus/client_golang/prometheus"
@@ -126,12 +125,9 @@ type localCluster struct {
 }
 
 type proc struct {
+	child.Proc
 	id, grpc string
 	http     string // with --profile: where the node serves /debug/pprof
-	args     []string
-	cmd      *exec.Cmd
-	done     chan struct{}
-	log      io.Writer
 }
 
 func startLocal(ctx context.Context, cfg config) (*localCluster, error) {
@@ -162,7 +158,7 @@ func startLocal(ctx context.Context, cfg config) (*localCluster, error) {
 		}
 		raftAddrs[id] = r
 		peers = append(peers, id+"="+r)
-		p := &proc{id: id, grpc: g}
+		p := &proc{id: id, grpc: g, Proc: child.Proc{Bin: cfg.moonraftBin}}
 		if cfg.profileDir != "" {
 			if p.http, err = freeport.Addr(); err != nil {
 				return nil, err
@@ -171,17 +167,16 @@ func startLocal(ctx context.Context, cfg config) (*localCluster, error) {
 		lc.procs = append(lc.procs, p)
 	}
 	for _, p := range lc.procs {
-		p.args = []string{"--id", p.id, "--data-dir", filepath.Join(dir, p.id), "--raft-addr", raftAddrs[p.id], "--grpc-addr", p.grpc,
+		p.Args = []string{"--id", p.id, "--data-dir", filepath.Join(dir, p.id), "--raft-addr", raftAddrs[p.id], "--grpc-addr", p.grpc,
 			"--bootstrap", "--peers", strings.Join(peers, ","), "--heartbeat-timeout", "300ms", "--election-timeout", "300ms",
 			"--etcd-endpoints", strings.Join(lc.etcdE.Endpoints(), ","), "--log-level", "warn"}
 		if p.http != "" {
-			p.args = append(p.args, "--http-addr", p.http, "--pprof")
+			p.Args = append(p.Args, "--http-addr", p.http, "--pprof")
 		}
-		p.log = io.Discard
 		if cfg.verbose {
-			p.log = os.Stderr
+			p.Output = os.Stderr
 		}
-		if err := lc.start(cfg.moonraftBin, p); err != nil {
+		if err := p.Start(); err != nil {
 			lc.close()
 			return nil, err
 		}
@@ -199,22 +194,6 @@ func startLocal(ctx context.Context, cfg config) (*localCluster, error) {
 		return nil, err
 	}
 	return lc, nil
-}
-
-func (lc *localCluster) start(bin string, p *proc) error {
-	p.cmd = exec.Command(bin, p.args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	// If moonbench dies, the kernel ends its nodes too.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		return err
-	}
-	p.done = make(chan struct{})
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
-	return nil
 }
 
 // leader waits for a promoted leader.
@@ -279,22 +258,11 @@ func (lc *localCluster) close() {
 	if lc.cl != nil {
 		lc.cl.Close()
 	}
+	var ps []*child.Proc
 	for _, p := range lc.procs {
-		if p.cmd != nil && p.cmd.Process != nil {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		}
+		ps = append(ps, &p.Proc)
 	}
-	for _, p := range lc.procs {
-		if p.done == nil {
-			continue
-		}
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	}
+	child.StopAll(10*time.Second, ps...)
 	if lc.etcdE != nil {
 		_ = lc.etcdE.Close()
 	}

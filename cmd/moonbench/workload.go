@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/moonraft/moonraft/errcode"
@@ -442,13 +441,12 @@ func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failov
 		}
 		progressLive("failover %d/%d: killing %s", i+1, cfg.failover, l.id)
 		kills = append(kills, time.Now())
-		_ = l.cmd.Process.Signal(syscall.SIGKILL)
-		<-l.done
+		l.Kill()
 		if _, err := lc.leader(ctx); err != nil {
 			break
 		}
 		time.Sleep(time.Second) // writes resume on the new leader
-		if err := lc.start(cfg.moonraftBin, l); err != nil {
+		if err := l.Start(); err != nil {
 			stop()
 			wg.Wait()
 			return nil, err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/internal/listflag"
 	"github.com/moonraft/moonraft/oplog"
 	"github.com/moonraft/moonraft/transport"
 )
@@ -88,7 +89,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		g.Usage()
 		return 2
 	}
-	c := &cli{out: stdout, errOut: stderr, json: *asJSON, endpoints: splitList(*endpoints)}
+	c := &cli{out: stdout, errOut: stderr, json: *asJSON, endpoints: listflag.Split(*endpoints)}
 	ccfg := transport.ClientConfig{Endpoints: c.endpoints, AdminToken: *token}
 	if *tokenFile != "" {
 		if *token != "" {
@@ -128,16 +129,6 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 var errUsage = errors.New("usage")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/internal/listflag"
 	"github.com/moonraft/moonraft/oplog"
 )
 
@@ -33,7 +34,7 @@ func (c *cli) oplogTail(ctx context.Context, args []string) error {
 	if len(pos) != 0 || from == 0 {
 		return errUsage
 	}
-	cfg.Endpoints = splitList(endpoints)
+	cfg.Endpoints = listflag.Split(endpoints)
 	store, err := etcdbridge.Open(cfg)
 	if err != nil {
 		return err

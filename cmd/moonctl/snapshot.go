@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/internal/listflag"
 	"github.com/moonraft/moonraft/node"
 	"github.com/moonraft/moonraft/snapshots"
 	"github.com/schollz/progressbar/v3"
@@ -220,7 +221,7 @@ func (c *cli) snapshotRestore(ctx context.Context, args []string) error {
 	if o.Peers, err = node.ParsePeers(peers); err != nil {
 		return err
 	}
-	o.Etcd.Endpoints = splitList(endpoints)
+	o.Etcd.Endpoints = listflag.Split(endpoints)
 	o.Etcd.ClusterID = o.ClusterID
 	o.Snapshot = path
 	p := c.newProgress("replayed entries", -1)

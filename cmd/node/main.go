@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/internal/listflag"
 	"github.com/moonraft/moonraft/node"
 	"github.com/moonraft/moonraft/transport"
 )
@@ -132,7 +133,7 @@ type finishArgs struct {
 func (o *options) finish(a finishArgs) error {
 	cfg := &o.cfg
 	o.dev, o.followEtcd, o.followSnapshot = a.dev, a.followEtcd, a.followSnapshot
-	cfg.Etcd.Endpoints = splitList(a.etcdEndpoints)
+	cfg.Etcd.Endpoints = listflag.Split(a.etcdEndpoints)
 	cfg.Etcd.ClusterID = cfg.ClusterID
 	// The node's TLS files default the etcd client's when etcd is reached
 	// over https:// and no --etcd-* file is given.

@@ -16,16 +16,6 @@ import (
 	"github.com/moonraft/moonraft/node"
 )
 
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // etcdTLS builds the etcd client's TLS config from PEM files; nil when none
 // is given (plaintext).
 func etcdTLS(cert, key, ca string) (*tls.Config, error) {

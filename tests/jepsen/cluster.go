@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -17,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/internal/child"
 	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/transport"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
@@ -41,112 +41,12 @@ func buildMoonraft(dir string) (string, error) {
 }
 
 // proc is one OS process of the run: etcd, a moonraft node or the etcd
-// follower. Its stdout and stderr are appended to logPath across restarts.
+// follower. Its stdout and stderr are appended to LogPath across restarts.
 type proc struct {
+	child.Proc
 	id       string
 	grpcAddr string // "" for etcd
 	raftAddr string // nodes only
-	bin      string
-	args     []string
-	logPath  string
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{}
-	paused bool
-}
-
-func (p *proc) start() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil && !p.exitedLocked() {
-		return nil
-	}
-	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(logf, "=== %s start %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(p.args, " "))
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// A run killed half-way (a test timeout) must not leave processes behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return err
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		fmt.Fprintf(logf, "=== %s exit %v\n", time.Now().Format(time.RFC3339Nano), cmd.ProcessState)
-		logf.Close()
-		close(done)
-	}()
-	p.cmd, p.done, p.paused = cmd, done, false
-	return nil
-}
-
-func (p *proc) exitedLocked() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// running reports whether the process is alive (paused counts as alive).
-func (p *proc) running() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cmd != nil && !p.exitedLocked()
-}
-
-func (p *proc) signal(sig syscall.Signal) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil || p.exitedLocked() {
-		return
-	}
-	_ = p.cmd.Process.Signal(sig)
-	switch sig {
-	case syscall.SIGSTOP:
-		p.paused = true
-	case syscall.SIGCONT:
-		p.paused = false
-	}
-}
-
-// kill SIGKILLs p and waits for it to be gone.
-func (p *proc) kill() {
-	p.signal(syscall.SIGCONT) // a stopped process dies of SIGKILL too, but be explicit
-	p.signal(syscall.SIGKILL)
-	p.wait(10 * time.Second)
-}
-
-func (p *proc) wait(d time.Duration) bool {
-	p.mu.Lock()
-	done := p.done
-	p.mu.Unlock()
-	if done == nil {
-		return true
-	}
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
-
-// stop ends p gracefully (SIGTERM), then by SIGKILL after d.
-func (p *proc) stop(d time.Duration) {
-	p.signal(syscall.SIGCONT)
-	p.signal(syscall.SIGTERM)
-	if !p.wait(d) {
-		p.signal(syscall.SIGKILL)
-		p.wait(10 * time.Second)
-	}
 }
 
 // link is one toxiproxy proxy with the toxics the nemeses put on it.
@@ -268,9 +168,9 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 		return nil, err
 	}
 	c.etcdURL = clientURL
-	c.etcd = &proc{id: "etcd", bin: bin, logPath: filepath.Join(outDir, "etcd.log"),
-		args: []string{"etcd", "--data-dir", filepath.Join(dataDir, "etcd"), "--listen-client", clientURL, "--listen-peer", peerURL}}
-	if err := c.etcd.start(); err != nil {
+	c.etcd = &proc{id: "etcd", Proc: child.Proc{Bin: bin, LogPath: filepath.Join(outDir, "etcd.log"),
+		Args: []string{"etcd", "--data-dir", filepath.Join(dataDir, "etcd"), "--listen-client", clientURL, "--listen-peer", peerURL}}}
+	if err := c.etcd.Start(); err != nil {
 		return c, err
 	}
 	if err := c.openStore(ctx); err != nil {
@@ -283,7 +183,7 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 
 	var peers []string
 	for i := 0; i < cfg.nodes; i++ {
-		p := &proc{id: fmt.Sprintf("n%d", i), bin: bin, logPath: filepath.Join(outDir, fmt.Sprintf("n%d.log", i))}
+		p := &proc{id: fmt.Sprintf("n%d", i), Proc: child.Proc{Bin: bin, LogPath: filepath.Join(outDir, fmt.Sprintf("n%d.log", i))}}
 		if p.grpcAddr, err = freeport.Addr(); err != nil {
 			return c, err
 		}
@@ -319,7 +219,7 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 		if level == "" {
 			level = "info"
 		}
-		p.args = append([]string{"--id", p.id, "--data-dir", filepath.Join(dataDir, p.id),
+		p.Args = append([]string{"--id", p.id, "--data-dir", filepath.Join(dataDir, p.id),
 			"--raft-addr", p.raftAddr, "--grpc-addr", p.grpcAddr,
 			"--bootstrap", "--peers", strings.Join(peers, ","),
 			"--raft-dial", strings.Join(dials, ","),
@@ -327,7 +227,7 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 			"--log-level", level}, cfg.extraArgs...)
 	}
 	for _, p := range c.nodes {
-		if err := p.start(); err != nil {
+		if err := p.Start(); err != nil {
 			return c, err
 		}
 	}
@@ -347,9 +247,9 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 	if err != nil {
 		return c, err
 	}
-	c.follower = &proc{id: "follower", grpcAddr: fa, bin: bin, logPath: filepath.Join(outDir, "follower.log"),
-		args: []string{"--follow-etcd", "--id", "follower", "--grpc-addr", fa, "--etcd-endpoints", clientURL, "--log-level", "info"}}
-	if err := c.follower.start(); err != nil {
+	c.follower = &proc{id: "follower", grpcAddr: fa, Proc: child.Proc{Bin: bin, LogPath: filepath.Join(outDir, "follower.log"),
+		Args: []string{"--follow-etcd", "--id", "follower", "--grpc-addr", fa, "--etcd-endpoints", clientURL, "--log-level", "info"}}}
+	if err := c.follower.Start(); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -432,17 +332,17 @@ func (c *cluster) restart(i int) error {
 	p := c.nodes[i]
 	var last error
 	for attempt := 0; attempt < 20; attempt++ {
-		if err := p.start(); err != nil {
+		if err := p.Start(); err != nil {
 			last = err
 			time.Sleep(500 * time.Millisecond)
 			continue
 		}
-		if !p.wait(3 * time.Second) {
+		if !p.Wait(3 * time.Second) {
 			return nil
 		}
 		last = fmt.Errorf("exited right after start")
 	}
-	return fmt.Errorf("%s would not stay up: %v (see %s)", p.id, last, p.logPath)
+	return fmt.Errorf("%s would not stay up: %v (see %s)", p.id, last, p.LogPath)
 }
 
 // healAll undoes every fault: proxies back with no toxics, paused nodes
@@ -455,8 +355,8 @@ func (c *cluster) healAll() error {
 		}
 	}
 	for i, p := range c.nodes {
-		p.signal(syscall.SIGCONT)
-		if !p.running() {
+		p.Signal(syscall.SIGCONT)
+		if !p.Running() {
 			if err := c.restart(i); err != nil {
 				errs = append(errs, err.Error())
 			}
@@ -474,13 +374,13 @@ func (c *cluster) allLinks() []*link {
 
 // close stops every process and proxy.
 func (c *cluster) close() {
-	var wg sync.WaitGroup
+	var ps []*child.Proc
 	for _, p := range append(append([]*proc{}, c.nodes...), c.follower) {
 		if p != nil {
-			wg.Go(func() { p.stop(10 * time.Second) })
+			ps = append(ps, &p.Proc)
 		}
 	}
-	wg.Wait()
+	child.StopAll(10*time.Second, ps...)
 	if c.admin != nil {
 		_ = c.admin.Close()
 	}
@@ -488,7 +388,7 @@ func (c *cluster) close() {
 		_ = c.store.Close()
 	}
 	if c.etcd != nil {
-		c.etcd.stop(10 * time.Second)
+		c.etcd.Stop(10 * time.Second)
 	}
 	for _, l := range c.allLinks() {
 		l.stop()

@@ -350,8 +350,8 @@ func checkFollower(ctx context.Context, c *cluster, within time.Duration, r *end
 	mismatches := 0
 	var lastF, lastL *moonraftpb.NodeStatus
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if !c.follower.running() {
-			r.fail("the etcd follower exited (see %s)", c.follower.logPath)
+		if !c.follower.Running() {
+			r.fail("the etcd follower exited (see %s)", c.follower.LogPath)
 			return
 		}
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)

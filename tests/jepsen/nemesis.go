@@ -139,22 +139,22 @@ func applyFault(ctx context.Context, c *cluster, e event) (string, error) {
 	switch e.Kind {
 	case KillLeader:
 		i, who := target(ctx, c, e)
-		c.nodes[i].kill()
+		c.nodes[i].Kill()
 		return "SIGKILL " + who, nil
 	case KillRandom:
 		i := e.Node % n
-		c.nodes[i].kill()
+		c.nodes[i].Kill()
 		return "SIGKILL " + c.nodes[i].id, nil
 	case PauseLeader:
 		i, who := target(ctx, c, e)
-		c.nodes[i].signal(syscall.SIGSTOP)
+		c.nodes[i].Signal(syscall.SIGSTOP)
 		return "SIGSTOP " + who, nil
 	case RestartLeader:
 		// A rolling restart: the node transfers leadership, then closes
 		// Raft with writes in flight. Waited for, so the heal restarts it.
 		i, who := target(ctx, c, e)
 		t0 := time.Now()
-		c.nodes[i].stop(15 * time.Second)
+		c.nodes[i].Stop(15 * time.Second)
 		return fmt.Sprintf("SIGTERM %s (exited after %v)", who, time.Since(t0).Round(time.Millisecond)), nil
 	case PartitionLeader:
 		i, who := target(ctx, c, e)
