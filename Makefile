@@ -43,6 +43,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags failpoints ./node/
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$${BENCHTIME:-1x} ./fsm/ ./lease/ ./oplog/ ./snapshots/

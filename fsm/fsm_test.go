@@ -159,10 +159,8 @@ func TestPutLifecycle(t *testing.T) {
 	assert.Len(t, segs, 3, "replicas sit on distinct segments")
 
 	x.code(errcode.ObjectAlreadyExists, &PutStart{NowMs: x.now, Key: "a/b", SliceLengths: []uint64{1}, ReplicaNum: 1, ClientID: "c2"})
-	_, _, err := x.f.GetReplicaList("a/b", x.now)
-	assert.Equal(t, errcode.ReplicaIsNotReady, errcode.Of(err))
-	ok, _, _ := x.f.ExistKey("a/b", x.now)
-	assert.False(t, ok, "a PROCESSING object does not exist for readers")
+	assert.Equal(t, errcode.ReplicaIsNotReady, errcode.Of(x.f.GetReplicaList("a/b", x.now).Err))
+	assert.False(t, x.f.ExistKey("a/b", x.now).Found, "a PROCESSING object does not exist for readers")
 	x.code(errcode.ReplicaIsNotReady, &Remove{NowMs: x.now, Key: "a/b", Force: true})
 
 	x.code(errcode.IllegalClient, &PutEnd{NowMs: x.now, Key: "a/b", ClientID: "c2"})
@@ -186,11 +184,12 @@ func TestPutLifecycle(t *testing.T) {
 	assert.Len(t, x.f.ring, 1)
 
 	x.code(errcode.InvalidWrite, &PutRevoke{NowMs: x.now, Key: "a/b", ClientID: "c1"})
-	descs, g, err := x.f.GetReplicaList("a/b", x.now)
-	require.NoError(t, err)
-	assert.Len(t, descs, 3)
-	assert.Equal(t, x.now+x.f.params.LeaseTTLMs, g.UntilMs)
-	assert.Equal(t, lease.Renewal{Key: "a/b", AtMs: x.now}, g.Renewal)
+	read := x.f.GetReplicaList("a/b", x.now)
+	require.NoError(t, read.Err)
+	assert.True(t, read.Found)
+	assert.Len(t, read.Replicas, 3)
+	assert.Equal(t, x.now+x.f.params.LeaseTTLMs, read.Grant.UntilMs)
+	assert.Equal(t, lease.Renewal{Key: "a/b", AtMs: x.now}, read.Grant.Renewal)
 }
 
 func TestPutRevoke(t *testing.T) {
@@ -289,19 +288,17 @@ func TestReads(t *testing.T) {
 	x.put("a/2", "c1", 10)
 	x.put("b/1", "c1", 10)
 
-	_, _, err := x.f.GetReplicaList("nope", x.now)
-	assert.Equal(t, errcode.ObjectNotFound, errcode.Of(err))
-	_, _, err = x.f.GetReplicaList("", x.now)
-	assert.Equal(t, errcode.InvalidKey, errcode.Of(err))
-	ok, g, err := x.f.ExistKey("a/1", x.now+7)
-	require.NoError(t, err)
-	assert.True(t, ok)
-	assert.Equal(t, x.now+7+x.f.params.LeaseTTLMs, g.UntilMs)
-	ok, _, err = x.f.ExistKey("nope", x.now)
-	assert.NoError(t, err)
-	assert.False(t, ok)
-	_, _, err = x.f.ExistKey("", x.now)
-	assert.Equal(t, errcode.InvalidKey, errcode.Of(err))
+	assert.Equal(t, errcode.ObjectNotFound, errcode.Of(x.f.GetReplicaList("nope", x.now).Err))
+	assert.False(t, x.f.GetReplicaList("nope", x.now).Found)
+	assert.Equal(t, errcode.InvalidKey, errcode.Of(x.f.GetReplicaList("", x.now).Err))
+	r := x.f.ExistKey("a/1", x.now+7)
+	require.NoError(t, r.Err)
+	assert.True(t, r.Found)
+	assert.Equal(t, x.now+7+x.f.params.LeaseTTLMs, r.Grant.UntilMs)
+	r = x.f.ExistKey("nope", x.now)
+	assert.NoError(t, r.Err)
+	assert.False(t, r.Found)
+	assert.Equal(t, errcode.InvalidKey, errcode.Of(x.f.ExistKey("", x.now).Err))
 
 	got, err := x.f.GetReplicaListByRegex("^a/", x.now)
 	require.NoError(t, err)
@@ -313,7 +310,7 @@ func TestReads(t *testing.T) {
 
 	// Reads do not change the state: the renewal travels in a Tick.
 	before := x.f.Digest()
-	_, _, _ = x.f.GetReplicaList("a/1", x.now)
+	x.f.GetReplicaList("a/1", x.now)
 	assert.Equal(t, before, x.f.Digest())
 	assert.True(t, x.f.HasSession("c1"))
 	assert.False(t, x.f.HasSession("c9"))
@@ -404,8 +401,7 @@ func TestExportRing(t *testing.T) {
 	x.code(errcode.EtcdOperationError, &UnmountSegment{NowMs: x.now, ClientID: "c1", SegmentID: "s1"})
 	x.code(errcode.EtcdOperationError, &RemoveAll{NowMs: x.now})
 	// Reads, ticks and eviction go on.
-	_, _, err := x.f.GetReplicaList("a", x.now)
-	require.NoError(t, err)
+	require.NoError(t, x.f.GetReplicaList("a", x.now).Err)
 	x.now += x.f.params.LeaseTTLMs // past Promote's lease on everything
 	x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}, Evict: true})
 	assert.Greater(t, len(x.f.ring), 3, "eviction entries go past the bound")

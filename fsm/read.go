@@ -26,33 +26,41 @@ func (f *FSM) grant(key string, o *object, nowMs int64) Grant {
 	}
 }
 
+// KeyRead is the answer of a read of one key.
+type KeyRead struct {
+	Replicas []oplog.ReplicaDesc // GetReplicaList: the complete replicas
+	Found    bool                // a complete object was found, and leased
+	Grant    Grant               // the lease granted, when Found
+	Err      error               // GetReplicaList: why nothing was found; ExistKey: a bad key
+}
+
 // GetReplicaList returns the COMPLETE replicas of key and the lease the read
 // grants, as of the leader's clock nowMs.
-func (f *FSM) GetReplicaList(key string, nowMs int64) ([]oplog.ReplicaDesc, Grant, error) {
+func (f *FSM) GetReplicaList(key string, nowMs int64) KeyRead {
 	if err := validateKey(key); err != nil {
-		return nil, Grant{}, err
+		return KeyRead{Err: err}
 	}
 	o, ok := f.getObject(key)
 	if !ok {
-		return nil, Grant{}, errcode.New(errcode.ObjectNotFound, "key %q not found", key)
+		return KeyRead{Err: errcode.New(errcode.ObjectNotFound, "key %q not found", key)}
 	}
 	if !o.complete() {
-		return nil, Grant{}, errcode.New(errcode.ReplicaIsNotReady, "key %q is still being written", key)
+		return KeyRead{Err: errcode.New(errcode.ReplicaIsNotReady, "key %q is still being written", key)}
 	}
-	return o.descriptors(), f.grant(key, o, nowMs), nil
+	return KeyRead{Replicas: o.descriptors(), Found: true, Grant: f.grant(key, o, nowMs)}
 }
 
 // ExistKey reports whether key exists and is complete; if so it grants a
 // lease like GetReplicaList (Mooncake renews on ExistKey too).
-func (f *FSM) ExistKey(key string, nowMs int64) (bool, Grant, error) {
+func (f *FSM) ExistKey(key string, nowMs int64) KeyRead {
 	if err := validateKey(key); err != nil {
-		return false, Grant{}, err
+		return KeyRead{Err: err}
 	}
 	o, ok := f.getObject(key)
 	if !ok || !o.complete() {
-		return false, Grant{}, nil
+		return KeyRead{}
 	}
-	return true, f.grant(key, o, nowMs), nil
+	return KeyRead{Found: true, Grant: f.grant(key, o, nowMs)}
 }
 
 // KeyReplicas is one object found by GetReplicaListByRegex.

@@ -32,23 +32,22 @@ func (n *Node) ClientTTLMs() int64 {
 // GetReplicaListByRegex is a linearizable read of every complete object
 // whose key matches; each found object is leased like GetReplicaList.
 func (n *Node) GetReplicaListByRegex(ctx context.Context, regex string) ([]fsm.KeyReplicas, error) {
-	if err := n.verifyLeader(ctx); err != nil {
+	var (
+		out  []fsm.KeyReplicas
+		rerr error
+	)
+	err := n.linearizable(ctx, func() error {
+		return n.gate.readAll(ctx, func() {
+			n.sm.read(func(f *fsm.FSM) { out, rerr = f.GetReplicaListByRegex(regex, n.now()) })
+			for _, kr := range out {
+				n.renew(kr.Grant)
+			}
+		})
+	})
+	if err != nil {
 		return nil, err
 	}
-	var (
-		out []fsm.KeyReplicas
-		err error
-	)
-	gerr := n.gate.readAll(ctx, func() {
-		n.sm.read(func(f *fsm.FSM) { out, err = f.GetReplicaListByRegex(regex, n.now()) })
-		for _, kr := range out {
-			n.batcher.Renew(kr.Key, kr.Grant.Renewal.AtMs, kr.Grant.CurrentMs)
-		}
-	})
-	if gerr != nil {
-		return nil, gerr
-	}
-	return out, err
+	return out, rerr
 }
 
 // Members lists the Raft configuration. Client addresses are known for this
@@ -83,6 +82,8 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr string) error {
 	if id == "" || raftAddr == "" {
 		return errcode.New(errcode.InvalidParams, "add voter needs an id and a raft address")
 	}
+	// A new quorum: leases confirmed by the old one prove nothing about it.
+	defer n.leadership.suspend()()
 	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, timeoutOf(ctx)).Error(); err != nil {
 		return n.raftErr(err, true)
 	}
@@ -97,6 +98,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	if n.serverAddr(id) == "" {
 		return errcode.New(errcode.InvalidParams, "no member %q", id)
 	}
+	defer n.leadership.suspend()()
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeoutOf(ctx)).Error(); err != nil {
 		return n.raftErr(err, true)
 	}
@@ -107,7 +109,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 // state is captured under the lock (cheap, copy-on-write) after a quorum
 // check, and written while Apply goes on.
 func (n *Node) SnapshotSave(ctx context.Context, w io.Writer) error {
-	if err := n.verifyLeader(ctx); err != nil {
+	if err := n.confirmLeader(ctx); err != nil {
 		return err
 	}
 	s, err := n.sm.Snapshot()
@@ -152,6 +154,9 @@ func (n *Node) SnapshotRestore(ctx context.Context, r io.Reader) error {
 	if err := cf.Error(); err != nil {
 		return n.raftErr(err, false)
 	}
+	// The state is swapped under the reads, and this term's Promote must
+	// be applied again before a lease read may trust it.
+	defer n.leadership.suspend()()
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: sum.Header.RaftIndex, Term: sum.Header.RaftTerm,
 		Configuration: cf.Configuration(), ConfigurationIndex: cf.Index(), Size: size}
 	if err := n.raft.Restore(meta, bufio.NewReader(tmp), timeoutOf(ctx)); err != nil {
@@ -160,7 +165,7 @@ func (n *Node) SnapshotRestore(ctx context.Context, r io.Reader) error {
 	// The snapshot's session deadlines and leases are as old as the file:
 	// promote again, as a new leader would, so the next tick does not
 	// expire every client and drop their objects.
-	if !n.promote(ctx) {
+	if n.promote(ctx) == 0 {
 		return errcode.New(errcode.UnavailableInCurrentStatus, "snapshot restored, but re-promotion failed; the next leader will promote")
 	}
 	n.log.Info("restored snapshot", "objects", sum.Header.Objects, "digest", hex.EncodeToString(sum.Digest[:]))

@@ -83,9 +83,23 @@ type Config struct {
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
-	SnapshotInterval   time.Duration
-	SnapshotThreshold  uint64
-	SnapshotRetain     int
+
+	// ReadMode is how the leader makes reads linearizable: ReadLease
+	// (default) or ReadQuorum.
+	ReadMode ReadMode
+	// ReadLease is the read lease's length; 0 takes the longest safe one,
+	// maxReadLease(HeartbeatTimeout). A node also waits this long before
+	// it starts Raft (it must not vote while a lease it confirmed before a
+	// restart may still hold).
+	ReadLease time.Duration
+	// UnsafeReadLease allows a ReadLease longer than the safe bound. For
+	// testing only: the fault suite uses it to show that the stale reads
+	// such a lease allows are caught.
+	UnsafeReadLease bool
+
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	SnapshotRetain    int
 
 	Logger hclog.Logger
 	// Now is the leader's clock in Unix milliseconds; tests replace it.
@@ -101,12 +115,22 @@ func DefaultConfig() Config {
 		HeartbeatTimeout:   500 * time.Millisecond,
 		ElectionTimeout:    500 * time.Millisecond,
 		LeaderLeaseTimeout: 250 * time.Millisecond,
+		ReadMode:           ReadLease,
 		SnapshotInterval:   30 * time.Second,
 		SnapshotThreshold:  16384,
 		SnapshotRetain:     2,
 		ExportRenewals:     true,
 		OplogRetain:        10_000,
 	}
+}
+
+// readLease is the read lease's length in force (also the wait before Raft
+// starts).
+func (c *Config) readLease() time.Duration {
+	if c.ReadLease > 0 {
+		return c.ReadLease
+	}
+	return maxReadLease(c.HeartbeatTimeout)
 }
 
 func (c *Config) validate() error {
@@ -130,6 +154,19 @@ func (c *Config) validate() error {
 		if !found {
 			return errcode.New(errcode.InvalidParams, "bootstrap peers %v do not include this node %q", c.Peers, c.ID)
 		}
+	}
+	switch c.ReadMode {
+	case ReadLease, ReadQuorum:
+	default:
+		return errcode.New(errcode.InvalidParams, "read mode %q: want %q or %q", c.ReadMode, ReadLease, ReadQuorum)
+	}
+	if c.ReadLease < 0 {
+		return errcode.New(errcode.InvalidParams, "read lease must not be negative, got %v", c.ReadLease)
+	}
+	if max := maxReadLease(c.HeartbeatTimeout); c.ReadLease > max && !c.UnsafeReadLease {
+		return errcode.New(errcode.InvalidParams,
+			"read lease %v is longer than %v (90%% of the heartbeat timeout %v): followers refuse other candidates only for one heartbeat timeout, so a longer lease allows stale reads; shorten it or raise --heartbeat-timeout",
+			c.ReadLease, max, c.HeartbeatTimeout)
 	}
 	if c.HTTPTLS && c.TLS.Cert == "" {
 		return errcode.New(errcode.InvalidParams, "--http-tls needs --tls-cert and --tls-key")

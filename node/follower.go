@@ -170,6 +170,14 @@ func (ef *EtcdFollower) ExistKey(_ context.Context, key string) (bool, fsm.Grant
 	return ok, fsm.Grant{}, nil
 }
 
+func (ef *EtcdFollower) BatchGetReplicaList(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
+	return transport.BatchGetByKey(ctx, keys, ef.GetReplicaList)
+}
+
+func (ef *EtcdFollower) BatchExistKey(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
+	return transport.BatchExistByKey(ctx, keys, ef.ExistKey)
+}
+
 func (ef *EtcdFollower) GetReplicaListByRegex(context.Context, string) ([]fsm.KeyReplicas, error) {
 	return nil, readOnly()
 }

@@ -23,9 +23,20 @@ func newGate() *gate {
 	return &gate{keys: map[string]int{}, done: make(chan struct{})}
 }
 
-// read runs fn for key once no removal of it is in flight.
-func (g *gate) read(ctx context.Context, key string, fn func()) error {
-	return g.when(ctx, func() bool { return g.all == 0 && g.keys[key] == 0 }, fn)
+// readKeys runs fn once no removal of any of keys is in flight (a batch
+// read passes once for all its keys).
+func (g *gate) readKeys(ctx context.Context, keys []string, fn func()) error {
+	return g.when(ctx, func() bool {
+		if g.all > 0 {
+			return false
+		}
+		for _, k := range keys {
+			if g.keys[k] > 0 {
+				return false
+			}
+		}
+		return true
+	}, fn)
 }
 
 // readAll runs fn once no removal at all is in flight (reads by regex).

@@ -17,17 +17,19 @@ func TestGate(t *testing.T) {
 	endK := g.closeKey("k")
 
 	ran := false
-	require.NoError(t, g.read(ctx, "other", func() { ran = true }))
+	require.NoError(t, g.readKeys(ctx, []string{"other"}, func() { ran = true }))
 	assert.True(t, ran, "other keys are not held")
 
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	assert.ErrorIs(t, g.read(short, "k", func() { t.Fatal("read ran during its key's removal") }), context.DeadlineExceeded)
+	assert.ErrorIs(t, g.readKeys(short, []string{"k"}, func() { t.Fatal("read ran during its key's removal") }), context.DeadlineExceeded)
 	assert.ErrorIs(t, g.readAll(short, func() { t.Fatal("regex read ran during a removal") }), context.DeadlineExceeded)
+	assert.ErrorIs(t, g.readKeys(short, []string{"other", "k"}, func() { t.Fatal("batch read ran during the removal of one of its keys") }), context.DeadlineExceeded)
+	require.NoError(t, g.readKeys(ctx, []string{"other", "more"}, func() {}), "a batch without the key is not held")
 
 	done := make(chan struct{})
 	go func() {
-		assert.NoError(t, g.read(ctx, "k", func() {}))
+		assert.NoError(t, g.readKeys(ctx, []string{"k"}, func() {}))
 		close(done)
 	}()
 	endK()
@@ -40,7 +42,7 @@ func TestGate(t *testing.T) {
 	endAll := g.closeAll()
 	short2, cancel2 := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel2()
-	assert.Error(t, g.read(short2, "other", func() {}))
+	assert.Error(t, g.readKeys(short2, []string{"other"}, func() {}))
 	endAll()
 	require.NoError(t, g.readAll(ctx, func() {}))
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/lease"
 )
 
 // monitorLeadership starts the leader loop when this node becomes leader
@@ -45,9 +46,17 @@ func (n *Node) monitorLeadership(ctx context.Context) {
 // leaderLoop runs DESIGN.md's promotion steps, then the ticker, until the
 // node loses leadership. Client writes are refused until promotion is done.
 func (n *Node) leaderLoop(ctx context.Context) {
-	defer n.promoted.Store(false)
+	// No lease outlives a term: reads of this term wait for its Promote and
+	// a round of its own.
+	n.leadership.drop()
+	defer n.leadership.drop()
+	defer n.promotedTerm.Store(0)
 	n.log.Info("became leader, promoting")
-	for !n.promote(ctx) {
+	var term uint64
+	for {
+		if term = n.promote(ctx); term != 0 {
+			break
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -74,7 +83,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			}()
 		}
 	}
-	n.promoted.Store(true)
+	n.promotedTerm.Store(term)
 	n.leaderSignal.fire()
 	n.log.Info("promotion done, serving")
 	t := time.NewTicker(n.cfg.Tick)
@@ -86,7 +95,10 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		case <-t.C:
 		case <-n.batcher.Urgent():
 		}
-		if _, err := n.tick(ctx); err != nil {
+		if ctx.Err() != nil { // select picks at random among ready cases
+			return
+		}
+		if _, err := n.tick(ctx, false); err != nil {
 			n.log.Warn("tick failed", "error", err)
 		}
 	}
@@ -94,26 +106,29 @@ func (n *Node) leaderLoop(ctx context.Context) {
 
 // promote makes every committed entry applied (Barrier) and proposes
 // Promote, which leases every object and extends every session as if the
-// last tick of the old leader had been lost.
-func (n *Node) promote(ctx context.Context) bool {
-	if err := n.raft.Barrier(n.cfg.ElectionTimeout * 4).Error(); err != nil {
+// last tick of the old leader had been lost. It returns the term the
+// Promote was proposed in, 0 if it failed.
+func (n *Node) promote(ctx context.Context) uint64 {
+	if err := n.wait(n.raft.Barrier(n.cfg.ElectionTimeout * 4)); err != nil {
 		n.log.Warn("barrier failed", "error", err)
-		return false
+		return 0
 	}
 	cmd := &fsm.Promote{NowMs: n.now(), LeaderID: n.cfg.ID, LeaderAddr: n.cfg.GRPCAddr, Term: n.raft.CurrentTerm(), Params: n.cfg.Params}
 	if _, err := n.apply(ctx, cmd); err != nil {
 		n.log.Warn("promote failed", "error", err)
-		return false
+		return 0
 	}
-	return true
+	return cmd.Term
 }
 
-// tick proposes one Tick with every renewal and ping batched since the
-// last one. Ticks are serialised so renewals are applied in order. Only a
-// tick marked Evict evicts, and it holds every read until it is applied: a
-// lease granted by a read between the drain and the eviction would
-// otherwise be broken.
-func (n *Node) tick(ctx context.Context) (fsm.Result, error) {
+// tick proposes one Tick with the renewals and pings batched since the
+// last one: every renewal when flush is set or the tick evicts (both must
+// see every lease a read returned), else those due (lease.Batcher.DrainDue).
+// Ticks are serialised so renewals are applied in order. Only a tick marked
+// Evict evicts, and it holds every read until it is applied: a lease
+// granted by a read between the drain and the eviction would otherwise be
+// broken.
+func (n *Node) tick(ctx context.Context, flush bool) (fsm.Result, error) {
 	n.tickMu.Lock()
 	defer n.tickMu.Unlock()
 	var evict bool
@@ -123,10 +138,17 @@ func (n *Node) tick(ctx context.Context) (fsm.Result, error) {
 		release := n.gate.closeAll()
 		defer release()
 	}
-	renewals, pings := n.batcher.Drain()
+	now := n.now()
+	var renewals []lease.Renewal
+	var pings []lease.Ping
+	if flush || evict {
+		renewals, pings = n.batcher.Drain()
+	} else {
+		renewals, pings = n.batcher.DrainDue(now)
+	}
 	n.noteRenewed(renewals)
 	start := time.Now()
-	r, err := n.apply(ctx, &fsm.Tick{NowMs: n.now(), Renewals: renewals, Pings: pings, Evict: evict})
+	r, err := n.apply(ctx, &fsm.Tick{NowMs: now, Renewals: renewals, Pings: pings, Evict: evict})
 	n.metrics.tickDur.Observe(time.Since(start).Seconds())
 	return r, err
 }

@@ -55,12 +55,15 @@ func raftMetricsSink() prometheus.Collector {
 }
 
 type nodeMetrics struct {
-	reg      *prometheus.Registry
-	rpcs     *prometheus.CounterVec
-	rpcDur   *prometheus.HistogramVec
-	tickDur  prometheus.Histogram
-	etcdDur  *prometheus.HistogramVec
-	etcdErrs *prometheus.CounterVec
+	reg         *prometheus.Registry
+	rpcObs      sync.Map // rpcKey -> rpcObservers: label lookups once per method and code
+	leaseReads  prometheus.Counter
+	quorumReads prometheus.Counter
+	rpcs        *prometheus.CounterVec
+	rpcDur      *prometheus.HistogramVec
+	tickDur     prometheus.Histogram
+	etcdDur     *prometheus.HistogramVec
+	etcdErrs    *prometheus.CounterVec
 }
 
 // Latency buckets from 0.25 ms to ~8 s: Raft round trips on a LAN are
@@ -83,7 +86,11 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		etcdErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "etcd_errors_total",
 			Help: "Failed etcd calls of the leader, by operation (fenced writes included)."}, []string{"op"}),
 	}
-	m.reg.MustRegister(m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs,
+	reads := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reads_total",
+		Help: "Linearizable reads served by this leader, by how leadership was proven: under the read lease, or by a quorum round."},
+		[]string{"path"})
+	m.leaseReads, m.quorumReads = reads.WithLabelValues("lease"), reads.WithLabelValues("quorum")
+	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs,
 		&stateCollector{n: n},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -93,9 +100,22 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 	return m
 }
 
+type rpcKey struct{ method, code string }
+
+type rpcObservers struct {
+	count prometheus.Counter
+	dur   prometheus.Observer
+}
+
 func (m *nodeMetrics) observeRPC(method, code string, d time.Duration) {
-	m.rpcs.WithLabelValues(method, code).Inc()
-	m.rpcDur.WithLabelValues(method).Observe(d.Seconds())
+	k := rpcKey{method, code}
+	o, ok := m.rpcObs.Load(k)
+	if !ok {
+		o, _ = m.rpcObs.LoadOrStore(k, rpcObservers{m.rpcs.WithLabelValues(method, code), m.rpcDur.WithLabelValues(method)})
+	}
+	obs := o.(rpcObservers)
+	obs.count.Inc()
+	obs.dur.Observe(d.Seconds())
 }
 
 func (m *nodeMetrics) observeEtcd(op string, start time.Time, err error) {
@@ -146,12 +166,15 @@ var (
 	dLag          = desc("follower_lag_seconds", "Wall clock minus the time stamped by the leader on the newest command applied here: how far this node's state trails the leader's clock (about one tick when healthy).")
 	dEtcdTxns     = desc("etcd_txns_total", "etcd write transactions made by this node, by kind.", "kind")
 	dEtcdBytes    = desc("etcd_bytes_total", "Bytes of keys and values put to etcd by this node, by kind.", "kind")
+	dReadMode     = desc("read_mode", "1 for the read mode in force (--read-mode).", "mode")
+	dLease        = desc("read_lease_remaining_seconds", "How long this leader's read lease still holds (0: none; reads then wait for a quorum round).")
+	dRounds       = desc("read_quorum_rounds_total", "Quorum rounds (VerifyLeader) run to confirm leadership for reads and to renew the read lease.")
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dObjects, dProcessing, dSegments, dSessions, dUsed, dCapacity, dSegUsed, dSegCapacity,
 		dRing, dAppliedSeq, dExportedSeq, dEvictions, dLeader, dState, dTerm, dCommitIndex, dAppliedIndex, dLastIndex,
-		dLastContact, dLag, dEtcdTxns, dEtcdBytes} {
+		dLastContact, dLag, dEtcdTxns, dEtcdBytes, dReadMode, dLease, dRounds} {
 		ch <- d
 	}
 }
@@ -211,6 +234,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if st.NowMs > 0 {
 		gauge(ch, dLag, max(0, float64(n.now()-st.NowMs)/1000))
 	}
+	for _, m := range []ReadMode{ReadLease, ReadQuorum} {
+		gauge(ch, dReadMode, b2f(m == n.cfg.ReadMode), string(m))
+	}
+	gauge(ch, dLease, n.leadership.remaining().Seconds())
+	counter(ch, dRounds, float64(n.leadership.rounds.Load()))
 	if n.etcd != nil {
 		es := n.etcd.Stats()
 		counter(ch, dEtcdTxns, float64(es.OplogTxns), "oplog")

@@ -37,12 +37,13 @@ type Node struct {
 	store *raftboltdb.BoltStore
 	sm    *stateMachine
 
-	batcher  *lease.Batcher
-	verifier *verifier
-	gate     *gate
-	tickMu   sync.Mutex
-	// promoted is true while this node is leader and its Promote applied.
-	promoted atomic.Bool
+	batcher    *lease.Batcher
+	leadership *leadership
+	gate       *gate
+	tickMu     sync.Mutex
+	// promotedTerm is the term in which this node, as leader, applied its
+	// Promote; 0 when it is not the promoted leader.
+	promotedTerm atomic.Uint64
 	// needSpace is set when the leader refuses a PutStart for space before
 	// proposing it, so the next Tick evicts.
 	needSpace atomic.Bool
@@ -71,20 +72,21 @@ type Node struct {
 	cancel       context.CancelFunc
 	wg           sync.WaitGroup
 	closed       atomic.Bool
+	raftDown     chan struct{} // closed once Raft has shut down
 }
 
 const (
 	raftDB       = "raft.db"
 	snapshotsDir = "snapshots"
-	// urgentWithin: a renewal of a lease with less left than this forces an
-	// immediate tick (seed 000).
-	urgentWithin = 1000
+	// renewalCoalesceMs: a regular tick leaves out renewals that would
+	// extend a key's logged lease by less than this (lease.Batcher).
+	renewalCoalesceMs = 1000
 )
 
 // New starts a node: it opens or creates the data directory, bootstraps a
 // new cluster if asked and the directory is empty, and starts Raft. A node
 // restarted on an existing data directory rejoins with its stored state.
-func New(cfg Config) (*Node, error) {
+func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -97,18 +99,33 @@ func New(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, errcode.New(errcode.FileWriteFail, "data dir %s: %v", cfg.DataDir, err)
 	}
+	// A read of a live lease that would lapse before the next regular tick
+	// asks for an immediate one, so its renewal is in the log in time; a
+	// key read again and again is renewed in the log about once a second
+	// (seed 000's bound for standbys).
+	urgentWithinMs := cfg.Tick.Milliseconds()
 	n := &Node{
 		cfg:          cfg,
 		log:          cfg.Logger.With("node", cfg.ID),
 		now:          cfg.Now,
 		sm:           newStateMachine(cfg.ClusterID, cfg.ID, cfg.Now),
-		batcher:      lease.NewBatcher(urgentWithin),
+		batcher:      lease.NewBatcher(urgentWithinMs, renewalCoalesceMs),
 		gate:         newGate(),
 		ringCh:       make(chan struct{}, 1),
 		snapCh:       make(chan snapshotDone, 16),
 		renewed:      map[string]struct{}{},
 		notifyCh:     make(chan bool, 16),
 		leaderSignal: newLeaderSignal(),
+		raftDown:     make(chan struct{}),
+	}
+	// Raft is started below; the rounds only run once it is.
+	n.leadership = &leadership{
+		verify: func() error { return n.wait(n.raft.VerifyLeader()) },
+		term:   func() uint64 { return n.raft.CurrentTerm() },
+		now:    time.Now,
+	}
+	if cfg.ReadMode == ReadLease {
+		n.leadership.dur = cfg.readLease()
 	}
 	n.sm.onPromote = n.leaderSignal.fire
 	n.sm.onApply = func() {
@@ -117,6 +134,9 @@ func New(cfg Config) (*Node, error) {
 		default:
 		}
 	}
+	// A state replaced under the reads is not one a lease read may trust
+	// (SnapshotRestore also suspends the lease before it starts).
+	n.sm.onRestore = n.leadership.drop
 	n.sm.onSnapshot = func(s snapshotDone) {
 		select {
 		case n.snapCh <- s:
@@ -155,29 +175,28 @@ func New(cfg Config) (*Node, error) {
 	} else {
 		n.cfg.Params.ExportRingCap = 0 // nothing to export to
 	}
-	if err := n.startRaft(); err != nil {
+	if err := n.startRaft(ctx); err != nil {
 		n.closeStores()
 		return nil, err
 	}
-	n.verifier = &verifier{r: n.raft}
-	ctx, cancel := context.WithCancel(context.Background())
+	lctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		n.monitorLeadership(ctx)
+		n.monitorLeadership(lctx)
 	}()
 	return n, nil
 }
 
-func (n *Node) startRaft() error {
+func (n *Node) startRaft(ctx context.Context) error {
 	cfg := n.cfg
 	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, raftDB)})
 	if err != nil {
 		return errcode.New(errcode.FileOpenFail, "raft log %s: %v", filepath.Join(cfg.DataDir, raftDB), err)
 	}
 	n.store = store
-	logs, err := raft.NewLogCache(512, store)
+	logs, err := raft.NewLogCache(512, withFailpoints(store, cfg.DataDir))
 	if err != nil {
 		return err
 	}
@@ -243,6 +262,17 @@ func (n *Node) startRaft() error {
 			n.log.Info("bootstrapped a new cluster", "peers", len(servers))
 		}
 	}
+	// A node that acknowledged a leader's heartbeat before it stopped may
+	// have helped confirm a read lease that still holds; restarted, it has
+	// forgotten that leader and would vote for anyone at once. So it starts
+	// voting only once any such lease has run out.
+	wait := cfg.readLease()
+	n.log.Info("waiting out read leases before starting Raft", "wait", wait)
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return errcode.New(errcode.UnavailableInCurrentStatus, "start canceled while waiting out read leases: %v", ctx.Err())
+	}
 	r, err := raft.NewRaft(rc, n.sm, logs, store, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
@@ -285,6 +315,7 @@ func (n *Node) Close() error {
 	n.stopServers()
 	n.cancel()
 	err := n.raft.Shutdown().Error()
+	close(n.raftDown)
 	n.wg.Wait()
 	n.closeStores()
 	return err
@@ -296,19 +327,30 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 	if !n.IsLeader() {
 		return n.notLeader()
 	}
+	var addr raft.ServerAddress
+	if id != "" {
+		if addr = n.serverAddr(id); addr == "" {
+			return errcode.New(errcode.InvalidParams, "no member %q", id)
+		}
+	}
+	// The target's election (TimeoutNow) makes followers vote although
+	// they know this leader: the lease ends before it can ask.
+	resume := n.leadership.suspend()
 	var f raft.Future
 	if id == "" {
 		f = n.raft.LeadershipTransfer()
 	} else {
-		addr := n.serverAddr(id)
-		if addr == "" {
-			return errcode.New(errcode.InvalidParams, "no member %q", id)
-		}
 		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
 	}
-	if err := f.Error(); err != nil {
+	if err := n.wait(f); err != nil {
+		// The target may still be running the election TimeoutNow started
+		// (for up to two election timeouts): no lease until it is over.
+		time.AfterFunc(2*n.cfg.ElectionTimeout, resume)
 		return n.raftErr(err, false)
 	}
+	// This node has stepped down: no lease can be confirmed in that term
+	// any more, and a later term's vote requests outrank the target's.
+	resume()
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,8 +60,15 @@ func newCluster(t testing.TB, n int, tick time.Duration, opts ...func(*Config)) 
 			o(&cfg)
 		}
 		c.cfgs = append(c.cfgs, cfg)
-		c.start(i)
 	}
+	// Concurrently: each node waits out a read lease before starting Raft.
+	c.nodes = make([]*Node, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { c.nodes[i], errs[i] = Start(context.Background(), c.cfgs[i]) })
+	}
+	wg.Wait()
 	t.Cleanup(func() {
 		for _, nd := range c.nodes {
 			if nd != nil {
@@ -68,6 +76,9 @@ func newCluster(t testing.TB, n int, tick time.Duration, opts ...func(*Config)) 
 			}
 		}
 	})
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
 	return c
 }
 
@@ -363,12 +374,15 @@ func TestConfigValidation(t *testing.T) {
 		{"unreadable certificate", func(c *Config) { c.TLS.Cert, c.TLS.Key = "/nonexistent.pem", "/nonexistent-key.pem" }},
 		{"bad limits", func(c *Config) { c.Limits.MaxBatch = -1 }},
 		{"regex limit over the state machine's", func(c *Config) { c.Limits.MaxRegexLen = fsm.MaxRegexLen + 1 }},
+		{"unknown read mode", func(c *Config) { c.ReadMode = "fast" }},
+		{"negative read lease", func(c *Config) { c.ReadLease = -time.Second }},
+		{"read lease beyond the heartbeat timeout's bound", func(c *Config) { c.ReadLease = c.HeartbeatTimeout }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := base
 			tt.mod(&cfg)
-			_, err := New(cfg)
+			_, err := New(context.Background(), cfg)
 			assert.Equal(t, errcode.InvalidParams, errcode.Of(err), "%v", err)
 		})
 	}

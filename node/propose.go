@@ -10,9 +10,11 @@ import (
 	"github.com/moonraft/moonraft/oplog"
 )
 
-// IsLeader reports whether this node is the promoted leader, ready to serve.
+// IsLeader reports whether this node is the promoted leader, ready to
+// serve: the leader of the term in which it applied its Promote.
 func (n *Node) IsLeader() bool {
-	return n.promoted.Load() && n.raft.State() == raft.Leader
+	t := n.promotedTerm.Load()
+	return t != 0 && n.raft.State() == raft.Leader && t == n.raft.CurrentTerm()
 }
 
 // Propose replicates a client command and returns its result. It is only
@@ -40,7 +42,7 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	}
 	if release != nil {
 		defer release()
-		if _, err := n.tick(ctx); err != nil {
+		if _, err := n.tick(ctx, true); err != nil {
 			return fsm.Result{}, err
 		}
 	}
@@ -84,27 +86,64 @@ func (n *Node) apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 		}
 	}
 	f := n.raft.Apply(fsm.Encode(cmd), timeout)
-	if err := f.Error(); err != nil {
+	if err := n.wait(f); err != nil {
 		return fsm.Result{}, n.raftErr(err, true)
 	}
 	r, _ := f.Response().(fsm.Result)
 	return r, nil
 }
 
-// Read runs fn on the leader's state after confirming leadership with a
-// quorum, so the read is linearizable; concurrent reads share one round.
-func (n *Node) Read(ctx context.Context, fn func(f *fsm.FSM)) error {
-	if err := n.verifyLeader(ctx); err != nil {
+// wait returns f's error. hashicorp/raft never answers a future that it
+// had queued but not taken up when it shut down (hashicorp/raft#498; with
+// BatchApplyCh the apply queue is buffered): once this node has shut Raft
+// down, wait stops waiting, and the goroutine left on f ends with the
+// process.
+func (n *Node) wait(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
 		return err
+	case <-n.raftDown:
+		return raft.ErrRaftShutdown
 	}
-	return n.gate.readAll(ctx, func() { n.sm.read(fn) })
 }
 
-func (n *Node) verifyLeader(ctx context.Context) error {
+// linearizable runs read so that what it sees is linearizable: under the
+// read lease when this node holds one, else after a quorum round that began
+// after the call. read may run twice (a lease that lapsed while it read is
+// not trusted), so it may only record what is harmless to record twice,
+// such as lease renewals.
+func (n *Node) linearizable(ctx context.Context, read func() error) error {
 	if err := n.awaitLeader(ctx); err != nil {
 		return err
 	}
-	if err := n.verifier.verify(ctx); err != nil {
+	if tok, ok := n.leadership.lease(); ok {
+		if err := read(); err != nil {
+			return err
+		}
+		// Checked again after the read: had the lease lapsed or this node
+		// stepped down meanwhile (a pause, a slow gate), another leader may
+		// have changed what was read.
+		if n.leadership.holds(tok) && n.IsLeader() {
+			n.leadership.renewIfDue()
+			n.metrics.leaseReads.Inc()
+			return nil
+		}
+	}
+	if err := n.confirmLeader(ctx); err != nil {
+		return err
+	}
+	n.metrics.quorumReads.Inc()
+	return read()
+}
+
+// confirmLeader waits for a quorum round that began after the call.
+func (n *Node) confirmLeader(ctx context.Context) error {
+	if err := n.awaitLeader(ctx); err != nil {
+		return err
+	}
+	if err := n.leadership.confirm(ctx); err != nil {
 		return n.raftErr(err, false)
 	}
 	return nil
@@ -113,57 +152,70 @@ func (n *Node) verifyLeader(ctx context.Context) error {
 // GetReplicaList is a linearizable read of key that grants a read lease:
 // the renewal is recorded for the next Tick before the answer goes out.
 func (n *Node) GetReplicaList(ctx context.Context, key string) ([]oplog.ReplicaDesc, fsm.Grant, error) {
-	var (
-		descs []oplog.ReplicaDesc
-		grant fsm.Grant
-		err   error
-	)
-	if verr := n.verifyLeader(ctx); verr != nil {
-		return nil, grant, verr
+	rs, err := n.BatchGetReplicaList(ctx, []string{key})
+	if err != nil {
+		return nil, fsm.Grant{}, err
 	}
-	gerr := n.gate.read(ctx, key, func() {
-		n.sm.read(func(f *fsm.FSM) { descs, grant, err = f.GetReplicaList(key, n.now()) })
-		if err == nil {
-			n.batcher.Renew(key, grant.Renewal.AtMs, grant.CurrentMs)
-		}
-	})
-	if gerr != nil {
-		return nil, grant, gerr
-	}
-	return descs, grant, err
+	return rs[0].Replicas, rs[0].Grant, rs[0].Err
 }
 
 // ExistKey is a linearizable existence check that grants a lease if found.
 func (n *Node) ExistKey(ctx context.Context, key string) (bool, fsm.Grant, error) {
-	var (
-		ok    bool
-		grant fsm.Grant
-		err   error
-	)
-	if verr := n.verifyLeader(ctx); verr != nil {
-		return false, grant, verr
+	rs, err := n.BatchExistKey(ctx, []string{key})
+	if err != nil {
+		return false, fsm.Grant{}, err
 	}
-	gerr := n.gate.read(ctx, key, func() {
-		n.sm.read(func(f *fsm.FSM) { ok, grant, err = f.ExistKey(key, n.now()) })
-		if ok {
-			n.batcher.Renew(key, grant.Renewal.AtMs, grant.CurrentMs)
-		}
+	return rs[0].Found, rs[0].Grant, rs[0].Err
+}
+
+// BatchGetReplicaList reads every key in one pass: one leadership check,
+// one gate pass and one state lock for the whole batch.
+func (n *Node) BatchGetReplicaList(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
+	return n.batchRead(ctx, keys, (*fsm.FSM).GetReplicaList)
+}
+
+// BatchExistKey checks every key in one pass, like BatchGetReplicaList.
+func (n *Node) BatchExistKey(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
+	return n.batchRead(ctx, keys, (*fsm.FSM).ExistKey)
+}
+
+func (n *Node) batchRead(ctx context.Context, keys []string, read func(f *fsm.FSM, key string, nowMs int64) fsm.KeyRead) ([]fsm.KeyRead, error) {
+	out := make([]fsm.KeyRead, len(keys))
+	err := n.linearizable(ctx, func() error {
+		return n.gate.readKeys(ctx, keys, func() {
+			now := n.now()
+			n.sm.read(func(f *fsm.FSM) {
+				for i, k := range keys {
+					out[i] = read(f, k, now)
+				}
+			})
+			for _, r := range out {
+				if r.Found {
+					n.renew(r.Grant)
+				}
+			}
+		})
 	})
-	if gerr != nil {
-		return false, grant, gerr
+	if err != nil {
+		return nil, err
 	}
-	return ok, grant, err
+	return out, nil
+}
+
+// renew records the lease a read returned for a later Tick.
+func (n *Node) renew(g fsm.Grant) {
+	n.batcher.Renew(g.Renewal.Key, g.Renewal.AtMs, g.CurrentMs, g.UntilMs)
 }
 
 // Ping records a client's liveness for the next Tick and reports whether
 // the client must remount (it has no session).
 func (n *Node) Ping(ctx context.Context, clientID string) (needRemount bool, err error) {
-	if err := n.verifyLeader(ctx); err != nil {
-		return false, err
-	}
-	n.sm.read(func(f *fsm.FSM) { needRemount = !f.HasSession(clientID) })
-	if !needRemount {
-		n.batcher.Ping(clientID, n.now())
-	}
-	return needRemount, nil
+	err = n.linearizable(ctx, func() error {
+		n.sm.read(func(f *fsm.FSM) { needRemount = !f.HasSession(clientID) })
+		if !needRemount {
+			n.batcher.Ping(clientID, n.now())
+		}
+		return nil
+	})
+	return needRemount, err
 }

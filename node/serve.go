@@ -20,7 +20,7 @@ import (
 // GRPCAddr, health and status on HTTPAddr, and — for a fresh node given
 // Join — asks the cluster to add it as a voter.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
-	n, err := New(cfg)
+	n, err := New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -20,10 +20,12 @@ type stateMachine struct {
 	nodeID    string
 	now       func() int64
 	// onApply and onSnapshot tell the node's exporter there is work;
-	// onPromote wakes requests waiting for a leader.
+	// onPromote wakes requests waiting for a leader; onRestore says the
+	// state is about to be replaced wholesale.
 	onApply    func()
 	onPromote  func()
 	onSnapshot func(snapshotDone)
+	onRestore  func()
 
 	appliedIndex atomic.Uint64
 	appliedTerm  atomic.Uint64
@@ -80,6 +82,9 @@ func (s *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
 // state stays and the error goes back to Raft.
 func (s *stateMachine) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	if s.onRestore != nil {
+		s.onRestore()
+	}
 	next := fsm.New()
 	h, err := next.Restore(rc)
 	if err != nil {

@@ -28,9 +28,11 @@ func (n *Node) status(digests bool) *moonraftpb.NodeStatus {
 		CommitIndex: n.raft.CommitIndex(),
 		LeaderId:    string(leader),
 		EtcdExport:  n.etcd != nil,
+		ReadMode:    string(n.cfg.ReadMode),
 	}
 	if st.Promoted {
 		st.ExportedSeq = n.exportedSeq.Load()
+		st.ReadLeaseRemainingMs = n.leadership.remaining().Milliseconds()
 	}
 	n.sm.read(func(f *fsm.FSM) {
 		if digests {

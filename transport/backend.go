@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/oplog"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
@@ -24,6 +25,10 @@ type Backend interface {
 	GetReplicaList(ctx context.Context, key string) ([]oplog.ReplicaDesc, fsm.Grant, error)
 	ExistKey(ctx context.Context, key string) (bool, fsm.Grant, error)
 	GetReplicaListByRegex(ctx context.Context, regex string) ([]fsm.KeyReplicas, error)
+	// Batch reads: one answer per key, in order. The error is the batch's
+	// (not the leader, say); a key's own error is in its answer.
+	BatchGetReplicaList(ctx context.Context, keys []string) ([]fsm.KeyRead, error)
+	BatchExistKey(ctx context.Context, keys []string) ([]fsm.KeyRead, error)
 	// Ping renews a client session; needRemount when it has none.
 	Ping(ctx context.Context, clientID string) (needRemount bool, err error)
 	// ClientTTLMs is the session TTL clients ping within.
@@ -54,3 +59,31 @@ func (a NoAdmin) RemoveServer(context.Context, string) error            { return
 func (a NoAdmin) TransferLeadership(context.Context, string) error      { return a.Err }
 func (a NoAdmin) SnapshotSave(context.Context, io.Writer) error         { return a.Err }
 func (a NoAdmin) SnapshotRestore(context.Context, io.Reader) error      { return a.Err }
+
+// BatchGetByKey answers a batch read one key at a time with get, for a
+// backend without a batched path. An answer that says the backend cannot
+// serve at all (a retryable code) is the whole batch's.
+func BatchGetByKey(ctx context.Context, keys []string, get func(context.Context, string) ([]oplog.ReplicaDesc, fsm.Grant, error)) ([]fsm.KeyRead, error) {
+	out := make([]fsm.KeyRead, len(keys))
+	for i, k := range keys {
+		descs, g, err := get(ctx, k)
+		if err != nil && Retryable(errcode.Of(err)) {
+			return nil, err
+		}
+		out[i] = fsm.KeyRead{Replicas: descs, Found: err == nil, Grant: g, Err: err}
+	}
+	return out, nil
+}
+
+// BatchExistByKey is BatchGetByKey for existence checks.
+func BatchExistByKey(ctx context.Context, keys []string, exist func(context.Context, string) (bool, fsm.Grant, error)) ([]fsm.KeyRead, error) {
+	out := make([]fsm.KeyRead, len(keys))
+	for i, k := range keys {
+		ok, g, err := exist(ctx, k)
+		if err != nil && Retryable(errcode.Of(err)) {
+			return nil, err
+		}
+		out[i] = fsm.KeyRead{Found: ok, Grant: g, Err: err}
+	}
+	return out, nil
+}

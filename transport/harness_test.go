@@ -79,7 +79,16 @@ func (b *testBackend) GetReplicaList(_ context.Context, key string) ([]oplog.Rep
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.f.GetReplicaList(key, b.Now())
+	r := b.f.GetReplicaList(key, b.Now())
+	return r.Replicas, r.Grant, r.Err
+}
+
+func (b *testBackend) BatchGetReplicaList(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
+	return BatchGetByKey(ctx, keys, b.GetReplicaList)
+}
+
+func (b *testBackend) BatchExistKey(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
+	return BatchExistByKey(ctx, keys, b.ExistKey)
 }
 
 func (b *testBackend) ExistKey(ctx context.Context, key string) (bool, fsm.Grant, error) {
@@ -93,7 +102,8 @@ func (b *testBackend) ExistKey(ctx context.Context, key string) (bool, fsm.Grant
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.f.ExistKey(key, b.Now())
+	r := b.f.ExistKey(key, b.Now())
+	return r.Found, r.Grant, r.Err
 }
 
 func (b *testBackend) GetReplicaListByRegex(_ context.Context, re string) ([]fsm.KeyReplicas, error) {

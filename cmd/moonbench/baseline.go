@@ -2,23 +2,29 @@ package main
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/internal/child"
 	"github.com/moonraft/moonraft/internal/freeport"
+	"github.com/moonraft/moonraft/internal/listflag"
 	"github.com/moonraft/moonraft/lease"
 	"github.com/moonraft/moonraft/node"
 	"github.com/moonraft/moonraft/oplog"
 	"github.com/moonraft/moonraft/transport"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
-	"google.golang.org/grpc"
 )
 
 // rawPrimary is the source notes' primary: state in memory, every mutation
@@ -54,7 +60,7 @@ func (a *ackTracker) ack(seq uint64) uint64 {
 }
 
 func newRawPrimary(store *etcdbridge.Store) *rawPrimary {
-	p := &rawPrimary{NoAdmin: transport.NoAdmin{Err: errcode.New(errcode.UnavailableInCurrentMode, "not part of the baseline")}, f: fsm.New(), store: store, batcher: lease.NewBatcher(1000), acks: ackTracker{acked: map[uint64]bool{}}}
+	p := &rawPrimary{NoAdmin: transport.NoAdmin{Err: errcode.New(errcode.UnavailableInCurrentMode, "not part of the baseline")}, f: fsm.New(), store: store, batcher: lease.NewBatcher(0, 0), acks: ackTracker{acked: map[uint64]bool{}}}
 	params := fsm.DefaultParams()
 	params.ExportRingCap = 1 << 40 // the ring only holds what is being written
 	p.f.ApplyCommand(&fsm.Promote{NowMs: p.Now(), LeaderID: "primary", Term: 1, Params: params})
@@ -132,22 +138,32 @@ func (p *rawPrimary) ProposeBatch(ctx context.Context, cmds []fsm.Command) ([]fs
 
 func (p *rawPrimary) GetReplicaList(_ context.Context, key string) ([]oplog.ReplicaDesc, fsm.Grant, error) {
 	p.mu.RLock()
-	d, g, err := p.f.GetReplicaList(key, p.Now())
+	r := p.f.GetReplicaList(key, p.Now())
 	p.mu.RUnlock()
-	if err == nil {
-		p.batcher.Renew(key, g.Renewal.AtMs, g.CurrentMs)
+	if r.Found {
+		p.batcher.Renew(key, r.Grant.Renewal.AtMs, r.Grant.CurrentMs, r.Grant.UntilMs)
 	}
-	return d, g, err
+	return r.Replicas, r.Grant, r.Err
 }
 
 func (p *rawPrimary) ExistKey(_ context.Context, key string) (bool, fsm.Grant, error) {
 	p.mu.RLock()
-	ok, g, err := p.f.ExistKey(key, p.Now())
+	r := p.f.ExistKey(key, p.Now())
 	p.mu.RUnlock()
-	if ok {
-		p.batcher.Renew(key, g.Renewal.AtMs, g.CurrentMs)
+	if r.Found {
+		p.batcher.Renew(key, r.Grant.Renewal.AtMs, r.Grant.CurrentMs, r.Grant.UntilMs)
 	}
-	return ok, g, err
+	return r.Found, r.Grant, r.Err
+}
+
+// Batch reads take the lock per key, as the Mooncake master's batch reads
+// call its single reads.
+func (p *rawPrimary) BatchGetReplicaList(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
+	return transport.BatchGetByKey(ctx, keys, p.GetReplicaList)
+}
+
+func (p *rawPrimary) BatchExistKey(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
+	return transport.BatchExistByKey(ctx, keys, p.ExistKey)
 }
 
 func (p *rawPrimary) GetReplicaListByRegex(_ context.Context, re string) ([]fsm.KeyReplicas, error) {
@@ -177,18 +193,68 @@ func (p *rawPrimary) Status() *moonraftpb.NodeStatus {
 
 var _ transport.Backend = (*rawPrimary)(nil)
 
+// The baseline's primary and standbys each run in a process of their own,
+// as moonraft's nodes do: moonbench starts its own binary with one of these
+// commands. (In the benchmark's process, the primary would be spared the
+// hop between processes that every real client pays.)
+const (
+	cmdBaselinePrimary = "baseline-primary"
+	cmdBaselineStandby = "baseline-standby"
+)
+
+// runBaselineProcess is `moonbench baseline-primary|baseline-standby
+// --listen ADDR --etcd-endpoints URLS`: it serves until SIGINT or SIGTERM.
+func runBaselineProcess(role string, args []string) error {
+	fs := flag.NewFlagSet("moonbench "+role, flag.ContinueOnError)
+	listen := fs.String("listen", "", "gRPC address to serve on")
+	endpoints := fs.String("etcd-endpoints", "", "the baseline's etcd")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ecfg := baselineEtcd(listflag.Split(*endpoints))
+	if role == cmdBaselineStandby {
+		f, err := node.StartEtcdFollower(node.FollowerConfig{ID: "standby", GRPCAddr: *listen, Etcd: ecfg, Logger: hclog.NewNullLogger()})
+		if err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return f.Close()
+	}
+	store, err := etcdbridge.Open(ecfg)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	p := newRawPrimary(store)
+	srv := transport.NewServer(p)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { _ = srv.Serve(l) })
+	wg.Go(func() { p.run(ctx) })
+	<-ctx.Done()
+	srv.Stop()
+	return nil
+}
+
+func baselineEtcd(endpoints []string) etcdbridge.Config {
+	return etcdbridge.Config{Endpoints: endpoints, Prefix: "mooncake-store", ClusterID: "baseline"}
+}
+
 // baseline is --baseline raw-etcd-watch: an embedded etcd, the primary,
 // and two standbys that follow etcd on their own.
 type baseline struct {
 	dir      string
 	etcdE    *etcdbridge.Embedded
-	store    *etcdbridge.Store
-	primary  *rawPrimary
-	srv      *grpc.Server
-	standbys []*node.EtcdFollower
+	primary  *child.Proc
+	standbys []*child.Proc
+	addrs    []string // the primary's, then the standbys'
 	cl       *transport.Client
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
 }
 
 func openBaseline(ctx context.Context, cfg config) (*baseline, error) {
@@ -202,84 +268,90 @@ func openBaseline(ctx context.Context, cfg config) (*baseline, error) {
 		b.close()
 		return nil, err
 	}
-	ecfg := etcdbridge.Config{Endpoints: b.etcdE.Endpoints(), Prefix: "mooncake-store", ClusterID: "baseline"}
-	if b.store, err = etcdbridge.Open(ecfg); err != nil {
-		b.close()
-		return nil, err
-	}
-	b.primary = newRawPrimary(b.store)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.close()
-		return nil, err
-	}
-	b.srv = transport.NewServer(b.primary)
-	rctx, cancel := context.WithCancel(context.Background())
-	b.cancel = cancel
-	b.wg.Add(2)
-	go func() {
-		defer b.wg.Done()
-		_ = b.srv.Serve(l)
-	}()
-	go func() {
-		defer b.wg.Done()
-		b.primary.run(rctx)
-	}()
-	for i := 0; i < 2; i++ {
+	eps := strings.Join(b.etcdE.Endpoints(), ",")
+	for i, role := range []string{cmdBaselinePrimary, cmdBaselineStandby, cmdBaselineStandby} {
 		a, err := freeport.Addr()
 		if err != nil {
 			b.close()
 			return nil, err
 		}
-		f, err := node.StartEtcdFollower(node.FollowerConfig{ID: "standby", GRPCAddr: a, Etcd: ecfg, Logger: hclog.NewNullLogger()})
-		if err != nil {
+		p := &child.Proc{Bin: cfg.benchBin, Args: []string{role, "--listen", a, "--etcd-endpoints", eps}}
+		if cfg.verbose {
+			p.Output = os.Stderr
+		}
+		if err := p.Start(); err != nil {
 			b.close()
 			return nil, err
 		}
-		b.standbys = append(b.standbys, f)
+		b.addrs = append(b.addrs, a)
+		if i == 0 {
+			b.primary = p
+		} else {
+			b.standbys = append(b.standbys, p)
+		}
 	}
-	if b.cl, err = transport.Dial(transport.ClientConfig{Endpoints: []string{l.Addr().String()}}); err != nil {
+	if b.cl, err = transport.Dial(transport.ClientConfig{Endpoints: b.addrs[:1]}); err != nil {
 		b.close()
 		return nil, err
 	}
+	// Ready when all three answer.
+	for _, a := range b.addrs {
+		if err := retryUntil(ctx, 30*time.Second, func(ctx context.Context) error { _, err := b.cl.Progress(ctx, a); return err }); err != nil {
+			b.close()
+			return nil, fmt.Errorf("baseline process at %s: %w", a, err)
+		}
+	}
 	return b, nil
+}
+
+// retryUntil calls fn until it succeeds or within has passed.
+func retryUntil(ctx context.Context, within time.Duration, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		err := fn(cctx)
+		ccancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (b *baseline) name() string              { return "raw-etcd-watch" }
 func (b *baseline) client() *transport.Client { return b.cl }
 func (b *baseline) etcd() etcdLoad            { return embeddedEtcdLoad() }
 
-func (b *baseline) positions(context.Context) (uint64, []uint64, error) {
-	b.primary.mu.RLock()
-	leader := b.primary.f.Stats().AppliedSeq
-	b.primary.mu.RUnlock()
+func (b *baseline) leaderProc(context.Context) (*child.Proc, error) { return b.primary, nil }
+
+func (b *baseline) exportBacklog(context.Context) (uint64, error) { return 0, nil }
+
+func (b *baseline) positions(ctx context.Context) (uint64, []uint64, error) {
 	var out []uint64
-	for _, s := range b.standbys {
-		if err := s.Err(); err != nil {
+	for _, a := range b.addrs {
+		st, err := b.cl.Progress(ctx, a)
+		if err != nil {
 			return 0, nil, err
 		}
-		out = append(out, s.Follower().AppliedSeq())
+		out = append(out, st.AppliedSeq)
 	}
-	return leader, out, nil
+	return out[0], out[1:], nil
 }
 
 func (b *baseline) close() {
 	if b.cl != nil {
 		b.cl.Close()
 	}
-	for _, s := range b.standbys {
-		_ = s.Close()
+	var ps []*child.Proc
+	if b.primary != nil {
+		ps = append(ps, b.primary)
 	}
-	if b.srv != nil {
-		b.srv.Stop()
-	}
-	if b.cancel != nil {
-		b.cancel()
-	}
-	b.wg.Wait()
-	if b.store != nil {
-		_ = b.store.Close()
-	}
+	child.StopAll(10*time.Second, append(ps, b.standbys...)...)
 	if b.etcdE != nil {
 		_ = b.etcdE.Close()
 	}

@@ -24,6 +24,7 @@ type config struct {
 	endpoints   []string
 	local       bool
 	moonraftBin string
+	benchBin    string // this binary: the baseline's processes run it
 	workloads   []string
 	batch       int
 	clients     []int
@@ -33,6 +34,7 @@ type config struct {
 	keys        int
 	failover    int
 	baseline    string
+	readModes   []string
 	jsonOut     string
 	plotOut     string
 	verbose     bool
@@ -41,7 +43,13 @@ type config struct {
 }
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	var err error
+	if len(os.Args) > 1 && (os.Args[1] == cmdBaselinePrimary || os.Args[1] == cmdBaselineStandby) {
+		err = runBaselineProcess(os.Args[1], os.Args[2:])
+	} else {
+		err = run(os.Args[1:])
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "moonbench:", err)
 		os.Exit(1)
 	}
@@ -54,7 +62,8 @@ func parse(args []string) (config, error) {
 	fs.BoolVar(&c.local, "local", false, "start an embedded etcd and three moonraft nodes on loopback, torn down at the end")
 	self, _ := os.Executable()
 	fs.StringVar(&c.moonraftBin, "moonraft-bin", filepath.Join(filepath.Dir(self), "moonraft"), "moonraft binary for --local")
-	workloads := fs.String("workload", "put", "comma-separated: put, get, mixed (90% get), batch-put, batch-get, evict")
+	c.benchBin = self
+	workloads := fs.String("workload", "put", "comma-separated: put, get, mixed (90% get), batch-put, batch-get, exist, batch-exist, evict")
 	fs.IntVar(&c.batch, "batch", 32, "items per call in the batch workloads")
 	clients := fs.String("clients", "1,8,64,256", "concurrency sweep: client counts, comma-separated")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per step (after warm-up)")
@@ -63,6 +72,7 @@ func parse(args []string) (config, error) {
 	fs.IntVar(&c.keys, "keys", 10_000, "keys the get workloads read (written first)")
 	fs.IntVar(&c.failover, "failover", 0, "kill the leader this many times under a steady write load (--local only)")
 	fs.StringVar(&c.baseline, "baseline", "", `"raw-etcd-watch": also run the source notes' design and compare`)
+	readModes := fs.String("read-mode", "", "with --local: the nodes' --read-mode, comma-separated to compare several in one run (lease, quorum; empty: the default)")
 	fs.StringVar(&c.jsonOut, "json", "", "write every result to this file as JSON")
 	fs.StringVar(&c.plotOut, "plot", "", "draw latency against throughput to this SVG file")
 	fs.BoolVar(&c.verbose, "v", false, "show the systems' logs")
@@ -73,9 +83,15 @@ func parse(args []string) (config, error) {
 	}
 	c.endpoints = listflag.Split(*endpoints)
 	c.workloads = listflag.Split(*workloads)
+	c.readModes = listflag.Split(*readModes)
+	for _, m := range c.readModes {
+		if m != "lease" && m != "quorum" {
+			return c, fmt.Errorf("--read-mode: %q is neither lease nor quorum", m)
+		}
+	}
 	for _, w := range c.workloads {
 		if _, ok := workloadByName[w]; !ok {
-			return c, fmt.Errorf("unknown workload %q (put, get, mixed, batch-put, batch-get, evict)", w)
+			return c, fmt.Errorf("unknown workload %q (put, get, mixed, batch-put, batch-get, exist, batch-exist, evict)", w)
 		}
 	}
 	for _, s := range listflag.Split(*clients) {
@@ -94,6 +110,8 @@ func parse(args []string) (config, error) {
 		return c, fmt.Errorf(`--baseline: only "raw-etcd-watch" exists`)
 	case c.baseline != "" && !c.local:
 		return c, fmt.Errorf("--baseline needs --local (it starts its own etcd and standbys)")
+	case len(c.readModes) > 0 && !c.local:
+		return c, fmt.Errorf("--read-mode needs --local (it is the nodes' flag)")
 	case c.profileDir != "" && !c.local:
 		return c, fmt.Errorf("--profile needs --local")
 	case c.failover > 0 && !c.local:
@@ -124,17 +142,23 @@ func run(args []string) error {
 	defer stop()
 	rep := &report{Machine: machine(), Date: time.Now().UTC().Format(time.RFC3339), Args: strings.Join(args, " ")}
 
-	sys, err := openMoonraft(ctx, cfg)
-	if err != nil {
-		return err
+	modes := cfg.readModes
+	if len(modes) == 0 {
+		modes = []string{""} // the nodes' default
 	}
-	err = sweep(ctx, cfg, sys, rep)
-	if err == nil && cfg.failover > 0 {
-		rep.Failover, err = measureFailover(ctx, cfg, sys.(*localCluster))
-	}
-	sys.close()
-	if err != nil {
-		return err
+	for i, mode := range modes {
+		sys, err := openMoonraft(ctx, cfg, mode)
+		if err != nil {
+			return err
+		}
+		err = sweep(ctx, cfg, sys, rep)
+		if err == nil && cfg.failover > 0 && i == 0 {
+			rep.Failover, err = measureFailover(ctx, cfg, sys.(*localCluster))
+		}
+		sys.close()
+		if err != nil {
+			return err
+		}
 	}
 	if cfg.baseline != "" {
 		base, err := openBaseline(ctx, cfg)

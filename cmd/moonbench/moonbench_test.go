@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,20 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// TestMain lets the test binary play the baseline's processes, as the
+// moonbench binary does: openBaseline starts cfg.benchBin with their
+// commands.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && (os.Args[1] == cmdBaselinePrimary || os.Args[1] == cmdBaselineStandby) {
+		if err := runBaselineProcess(os.Args[1], os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 func TestParse(t *testing.T) {
 	tests := []struct {
@@ -30,6 +45,9 @@ func TestParse(t *testing.T) {
 		{[]string{"--endpoints", "a:1", "--baseline", "raw-etcd-watch"}, "--baseline needs --local"},
 		{[]string{"--endpoints", "a:1", "--failover", "3"}, "--failover needs --local"},
 		{[]string{"--local", "--batch", "0"}, "--batch must be positive"},
+		{[]string{"--local", "--read-mode", "lease,quorum", "--workload", "exist,batch-exist"}, ""},
+		{[]string{"--local", "--read-mode", "fast"}, "neither lease nor quorum"},
+		{[]string{"--endpoints", "a:1", "--read-mode", "quorum"}, "--read-mode needs --local"},
 	}
 	for _, tt := range tests {
 		_, err := parse(tt.args)
@@ -56,13 +74,15 @@ func TestQuantileAndRatios(t *testing.T) {
 	assert.Equal(t, time.Duration(10), quantile(d, 1))
 	assert.Zero(t, quantile(nil, 0.5))
 	r := &report{Steps: []stepResult{
-		{System: "moonraft", Workload: "put", Clients: 8, OpsPerSec: 1000, P99Ms: 2, LagP99Ms: 5},
-		{System: "raw-etcd-watch", Workload: "put", Clients: 8, OpsPerSec: 100, P99Ms: 8, LagP99Ms: 0},
+		{System: "moonraft", Workload: "put", Clients: 8, OpsPerSec: 1000, P50Ms: 1, P99Ms: 2, LagP99Ms: 5},
+		{System: "moonraft-quorum", Workload: "put", Clients: 8, OpsPerSec: 500, P50Ms: 4, P99Ms: 4, LagP99Ms: 5},
+		{System: "raw-etcd-watch", Workload: "put", Clients: 8, OpsPerSec: 100, P50Ms: 2, P99Ms: 8, LagP99Ms: 0},
 		{System: "moonraft", Workload: "get", Clients: 8, OpsPerSec: 5},
 	}}
 	rs := r.ratios()
-	require.Len(t, rs, 1, "only steps both systems ran")
-	assert.Equal(t, ratio{"put", 8, 10, 0.25, 0}, rs[0], "a zero denominator gives 0, not Inf")
+	require.Len(t, rs, 2, "only steps the baseline ran too, for each other system")
+	assert.Equal(t, ratio{"moonraft", "put", 8, 10, 0.5, 0.25, 0}, rs[0], "a zero denominator gives 0, not Inf")
+	assert.Equal(t, ratio{"moonraft-quorum", "put", 8, 5, 2, 0.5, 0}, rs[1])
 }
 
 func TestFailoverGaps(t *testing.T) {
@@ -110,7 +130,9 @@ func TestBaselineSweep(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg := config{workloads: []string{"put"}, clients: []int{4}, duration: time.Second, warmup: 200 * time.Millisecond, batch: 8, keys: 10}
+	self, err := os.Executable()
+	require.NoError(t, err)
+	cfg := config{workloads: []string{"put"}, clients: []int{4}, duration: time.Second, warmup: 200 * time.Millisecond, batch: 8, keys: 10, benchBin: self}
 	b, err := openBaseline(ctx, cfg)
 	require.NoError(t, err)
 	defer b.close()

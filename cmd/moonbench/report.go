@@ -6,13 +6,15 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"strings"
+	"slices"
 	"text/tabwriter"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 type report struct {
@@ -38,10 +40,14 @@ func machine() string {
 func (r *report) output(w io.Writer, cfg config) error {
 	fmt.Fprintf(w, "moonbench %s\nmachine: %s\ndate: %s\n\n", r.Args, r.Machine, r.Date)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tworkload\tclients\tops/s\tp50 ms\tp99 ms\tp99.9 ms\terrors\tetcd txn/s\tetcd txn/1k ops\tetcd KB/1k ops\tstandby lag p50 ms\tstandby lag p99 ms\t")
+	fmt.Fprintln(tw, "system\tworkload\tclients\tops/s\tp50 ms\tp99 ms\tp99.9 ms\terrors\tetcd txn/s\tetcd txn/1k ops\tetcd KB/1k ops\tstandby lag p50 ms\tstandby lag p99 ms\tops per leader CPU s\t")
 	for _, s := range r.Steps {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%.0f\t%.1f\t%.0f\t%.1f\t%.1f\t\n", s.System, s.Workload, s.Clients, s.OpsPerSec,
-			s.P50Ms, s.P99Ms, s.P999Ms, s.Errors, s.EtcdTxnsPerSec, s.EtcdTxnsPer1kOps, s.EtcdBytesPer1kOps/1000, s.LagP50Ms, s.LagP99Ms)
+		perCPU := "-"
+		if s.OpsPerLeaderCPUSec > 0 {
+			perCPU = fmt.Sprintf("%.0f", s.OpsPerLeaderCPUSec)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%.0f\t%.1f\t%.0f\t%.1f\t%.1f\t%s\t\n", s.System, s.Workload, s.Clients, s.OpsPerSec,
+			s.P50Ms, s.P99Ms, s.P999Ms, s.Errors, s.EtcdTxnsPerSec, s.EtcdTxnsPer1kOps, s.EtcdBytesPer1kOps/1000, s.LagP50Ms, s.LagP99Ms, perCPU)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -52,11 +58,11 @@ func (r *report) output(w io.Writer, cfg config) error {
 		}
 	}
 	if ratios := r.ratios(); len(ratios) > 0 {
-		fmt.Fprintln(w, "\nmoonraft / raw-etcd-watch")
+		fmt.Fprintln(w, "\nagainst raw-etcd-watch")
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "workload\tclients\tthroughput ×\tp99 latency ×\tstandby lag p99 ×\t")
+		fmt.Fprintln(tw, "system\tworkload\tclients\tthroughput ×\tp50 latency ×\tp99 latency ×\tstandby lag p99 ×\t")
 		for _, x := range ratios {
-			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t\n", x.workload, x.clients, x.throughput, x.p99, x.lag)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t\n", x.system, x.workload, x.clients, x.throughput, x.p50, x.p99, x.lag)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -82,9 +88,9 @@ func (r *report) output(w io.Writer, cfg config) error {
 }
 
 type ratio struct {
-	workload             string
-	clients              int
-	throughput, p99, lag float64
+	system, workload          string
+	clients                   int
+	throughput, p50, p99, lag float64
 }
 
 func (r *report) ratios() []ratio {
@@ -97,10 +103,10 @@ func (r *report) ratios() []ratio {
 	var out []ratio
 	for _, s := range r.Steps {
 		b, ok := base[fmt.Sprint(s.Workload, s.Clients)]
-		if s.System != "moonraft" || !ok {
+		if s.System == "raw-etcd-watch" || !ok {
 			continue
 		}
-		out = append(out, ratio{s.Workload, s.Clients, div(s.OpsPerSec, b.OpsPerSec), div(s.P99Ms, b.P99Ms), div(s.LagP99Ms, b.LagP99Ms)})
+		out = append(out, ratio{s.System, s.Workload, s.Clients, div(s.OpsPerSec, b.OpsPerSec), div(s.P50Ms, b.P50Ms), div(s.P99Ms, b.P99Ms), div(s.LagP99Ms, b.LagP99Ms)})
 	}
 	return out
 }
@@ -112,44 +118,87 @@ func div(a, b float64) float64 {
 	return a / b
 }
 
-// plot draws p99 latency against throughput, one line per system and
-// workload, points in sweep order.
+// plot draws p99 latency against throughput: a panel per workload, a line
+// per system in it (the baseline dashed), points in sweep order (one per
+// client count), both axes logarithmic.
 func (r *report) plot(path string) error {
-	p := plot.New()
-	p.Title.Text = "p99 latency against throughput"
-	p.X.Label.Text = "throughput (ops/s)"
-	p.Y.Label.Text = "p99 latency (ms)"
-	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Legend.Top = true
-	p.Legend.Left = true
-	p.Legend.XOffs = vg.Points(50)
-	var order []string
-	series := map[string]plotter.XYs{}
+	var workloads, systems []string
+	series := map[[2]string]plotter.XYs{}
 	for _, s := range r.Steps {
 		if s.OpsPerSec == 0 || s.P99Ms == 0 {
 			continue
 		}
-		k := s.System + " " + s.Workload
-		if _, ok := series[k]; !ok {
-			order = append(order, k)
+		if !slices.Contains(workloads, s.Workload) {
+			workloads = append(workloads, s.Workload)
 		}
+		if !slices.Contains(systems, s.System) {
+			systems = append(systems, s.System)
+		}
+		k := [2]string{s.Workload, s.System}
 		series[k] = append(series[k], plotter.XY{X: s.OpsPerSec, Y: s.P99Ms})
 	}
-	for i, k := range order {
-		l, pts, err := plotter.NewLinePoints(series[k])
-		if err != nil {
-			return err
-		}
-		c := plotutil.Color(i)
-		if strings.HasPrefix(k, "raw-etcd-watch") {
-			l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
-		}
-		l.Color, pts.Color = c, c
-		pts.Shape = plotutil.Shape(i)
-		p.Add(l, pts)
-		p.Legend.Add(k, l, pts)
+	if len(workloads) == 0 {
+		return fmt.Errorf("nothing to plot")
 	}
-	p.Add(plotter.NewGrid())
-	return p.Save(9*vg.Inch, 6*vg.Inch, path)
+	const cols = 2
+	rows := (len(workloads) + cols - 1) / cols
+	panels := make([][]*plot.Plot, rows)
+	for i := range panels {
+		panels[i] = make([]*plot.Plot, cols)
+	}
+	for w, name := range workloads {
+		p := plot.New()
+		p.Title.Text = name
+		p.X.Label.Text = "throughput (ops/s)"
+		p.Y.Label.Text = "p99 latency (ms)"
+		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+		p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+		p.Legend.Top, p.Legend.Left = true, true
+		p.Add(plotter.NewGrid())
+		for i, sys := range systems {
+			xys := series[[2]string{name, sys}]
+			if len(xys) == 0 {
+				continue
+			}
+			l, pts, err := plotter.NewLinePoints(xys)
+			if err != nil {
+				return err
+			}
+			c := plotutil.Color(i)
+			if sys == "raw-etcd-watch" {
+				l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+			}
+			l.Color, pts.Color = c, c
+			pts.Shape = plotutil.Shape(i)
+			p.Add(l, pts)
+			p.Legend.Add(sys, l, pts)
+		}
+		panels[w/cols][w%cols] = p
+	}
+	for _, row := range panels {
+		for i, p := range row {
+			if p == nil {
+				row[i] = plot.New() // an empty last panel
+			}
+		}
+	}
+	img := vgsvg.New(11*vg.Inch, vg.Length(rows)*3.6*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	canvases := plot.Align(panels, tiles, dc)
+	for j := range panels {
+		for i := range panels[j] {
+			panels[j][i].Draw(canvases[j][i])
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := img.WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -26,8 +26,14 @@ type system interface {
 	// positions reports the leader's progress and each standby's, in the
 	// same unit (applied index, or OpLog seq), for replication lag.
 	positions(ctx context.Context) (leader uint64, standbys []uint64, err error)
+	// exportBacklog is how many OpLog entries the leader has not yet
+	// written to etcd (0 for a system that writes before it answers).
+	exportBacklog(ctx context.Context) (uint64, error)
 	// etcd is this system's etcd load so far (zero when unknown).
 	etcd() etcdLoad
+	// leaderProc is the process serving clients, when this run started it
+	// (nil otherwise).
+	leaderProc(ctx context.Context) (*child.Proc, error)
 	close()
 }
 
@@ -78,8 +84,29 @@ func (r *remoteCluster) client() *transport.Client { return r.cl }
 func (r *remoteCluster) etcd() etcdLoad            { return etcdLoad{} }
 func (r *remoteCluster) close()                    { r.cl.Close() }
 
+func (r *remoteCluster) leaderProc(context.Context) (*child.Proc, error) { return nil, nil }
+
 func (r *remoteCluster) positions(ctx context.Context) (uint64, []uint64, error) {
 	return statusPositions(ctx, r.cl, r.endpoints)
+}
+
+func (r *remoteCluster) exportBacklog(ctx context.Context) (uint64, error) {
+	return statusBacklog(ctx, r.cl, r.endpoints)
+}
+
+// statusBacklog is the promoted leader's applied OpLog seq minus the seq
+// it has written to etcd.
+func statusBacklog(ctx context.Context, cl *transport.Client, endpoints []string) (uint64, error) {
+	for _, ep := range endpoints {
+		st, err := cl.Progress(ctx, ep)
+		if err == nil && st.Role == "leader" && st.Promoted {
+			if !st.EtcdExport {
+				return 0, nil
+			}
+			return st.AppliedSeq - min(st.ExportedSeq, st.AppliedSeq), nil
+		}
+	}
+	return 0, errors.New("no promoted leader")
 }
 
 // statusPositions reads every node's applied index: the promoted leader's
@@ -105,7 +132,9 @@ func statusPositions(ctx context.Context, cl *transport.Client, endpoints []stri
 	return leader, standbys, nil
 }
 
-func openMoonraft(ctx context.Context, cfg config) (system, error) {
+// openMoonraft opens the cluster to measure; with --local it starts one
+// whose nodes run with --read-mode readMode ("": the default).
+func openMoonraft(ctx context.Context, cfg config, readMode string) (system, error) {
 	if !cfg.local {
 		cl, err := transport.Dial(transport.ClientConfig{Endpoints: cfg.endpoints})
 		if err != nil {
@@ -113,15 +142,16 @@ func openMoonraft(ctx context.Context, cfg config) (system, error) {
 		}
 		return &remoteCluster{cl: cl, endpoints: cfg.endpoints}, nil
 	}
-	return startLocal(ctx, cfg)
+	return startLocal(ctx, cfg, readMode)
 }
 
 // localCluster is --local: an embedded etcd and three moonraft processes.
 type localCluster struct {
-	dir   string
-	etcdE *etcdbridge.Embedded
-	procs []*proc
-	cl    *transport.Client
+	dir      string
+	readMode string
+	etcdE    *etcdbridge.Embedded
+	procs    []*proc
+	cl       *transport.Client
 }
 
 type proc struct {
@@ -130,7 +160,7 @@ type proc struct {
 	http     string // with --profile: where the node serves /debug/pprof
 }
 
-func startLocal(ctx context.Context, cfg config) (*localCluster, error) {
+func startLocal(ctx context.Context, cfg config, readMode string) (*localCluster, error) {
 	if _, err := os.Stat(cfg.moonraftBin); err != nil {
 		return nil, fmt.Errorf("--local needs the moonraft binary (%v): run make build, or pass --moonraft-bin", err)
 	}
@@ -138,8 +168,8 @@ func startLocal(ctx context.Context, cfg config) (*localCluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	lc := &localCluster{dir: dir}
-	progressf("starting embedded etcd and three moonraft nodes in %s", dir)
+	lc := &localCluster{dir: dir, readMode: readMode}
+	progressf("starting embedded etcd and three moonraft nodes (%s) in %s", lc.name(), dir)
 	if lc.etcdE, err = etcdbridge.StartEmbedded(filepath.Join(dir, "etcd"), "", ""); err != nil {
 		lc.close()
 		return nil, err
@@ -167,9 +197,13 @@ func startLocal(ctx context.Context, cfg config) (*localCluster, error) {
 		lc.procs = append(lc.procs, p)
 	}
 	for _, p := range lc.procs {
+		// The default Raft timeouts and read mode: what users run.
 		p.Args = []string{"--id", p.id, "--data-dir", filepath.Join(dir, p.id), "--raft-addr", raftAddrs[p.id], "--grpc-addr", p.grpc,
-			"--bootstrap", "--peers", strings.Join(peers, ","), "--heartbeat-timeout", "300ms", "--election-timeout", "300ms",
+			"--bootstrap", "--peers", strings.Join(peers, ","),
 			"--etcd-endpoints", strings.Join(lc.etcdE.Endpoints(), ","), "--log-level", "warn"}
+		if readMode != "" {
+			p.Args = append(p.Args, "--read-mode", readMode)
+		}
 		if p.http != "" {
 			p.Args = append(p.Args, "--http-addr", p.http, "--pprof")
 		}
@@ -242,16 +276,39 @@ func (lc *localCluster) caughtUp(ctx context.Context, p *proc) error {
 	}
 }
 
-func (lc *localCluster) name() string              { return "moonraft" }
+// name is "moonraft" at the default read mode, else says the mode.
+func (lc *localCluster) name() string {
+	if lc.readMode == "" || lc.readMode == "lease" {
+		return "moonraft"
+	}
+	return "moonraft-" + lc.readMode
+}
+
 func (lc *localCluster) client() *transport.Client { return lc.cl }
 func (lc *localCluster) etcd() etcdLoad            { return embeddedEtcdLoad() }
 
+func (lc *localCluster) leaderProc(ctx context.Context) (*child.Proc, error) {
+	l, err := lc.leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &l.Proc, nil
+}
+
 func (lc *localCluster) positions(ctx context.Context) (uint64, []uint64, error) {
+	return statusPositions(ctx, lc.cl, lc.endpoints())
+}
+
+func (lc *localCluster) exportBacklog(ctx context.Context) (uint64, error) {
+	return statusBacklog(ctx, lc.cl, lc.endpoints())
+}
+
+func (lc *localCluster) endpoints() []string {
 	var eps []string
 	for _, p := range lc.procs {
 		eps = append(eps, p.grpc)
 	}
-	return statusPositions(ctx, lc.cl, eps)
+	return eps
 }
 
 func (lc *localCluster) close() {

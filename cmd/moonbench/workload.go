@@ -28,12 +28,14 @@ type workload struct {
 }
 
 var workloadByName = map[string]workload{
-	"put":       {op: opPut},
-	"get":       {prepare: prepareKeys, op: opGet},
-	"mixed":     {prepare: prepareKeys, op: opMixed},
-	"batch-put": {op: opBatchPut},
-	"batch-get": {prepare: prepareKeys, op: opBatchGet},
-	"evict":     {prepare: prepareEvict, op: opEvictPut, done: doneEvict},
+	"put":         {op: opPut},
+	"get":         {prepare: prepareKeys, op: opGet},
+	"mixed":       {prepare: prepareKeys, op: opMixed},
+	"batch-put":   {op: opBatchPut},
+	"batch-get":   {prepare: prepareKeys, op: opBatchGet},
+	"exist":       {prepare: prepareKeys, op: opExist},
+	"batch-exist": {prepare: prepareKeys, op: opBatchExist},
+	"evict":       {prepare: prepareEvict, op: opEvictPut, done: doneEvict},
 }
 
 // bench is the state one system's sweep shares between steps.
@@ -51,6 +53,15 @@ func (b *bench) readKey(rng *rand.Rand) string {
 	return fmt.Sprintf("%s/read/%d", b.nonce, rng.IntN(b.cfg.keys))
 }
 
+// readKeys is one batch of the read workloads' keys.
+func (b *bench) readKeys(rng *rand.Rand) []string {
+	keys := make([]string, b.cfg.batch)
+	for i := range keys {
+		keys[i] = b.readKey(rng)
+	}
+	return keys
+}
+
 func putPair(ctx context.Context, cl *transport.Client, key string, size uint64) error {
 	if _, err := cl.PutStart(ctx, key, []uint64{size}, transport.ReplicateConfig{ReplicaNum: 1}, benchClient); err != nil {
 		return err
@@ -64,6 +75,15 @@ func opPut(ctx context.Context, b *bench, _ *rand.Rand) (int, error) {
 
 func opGet(ctx context.Context, b *bench, rng *rand.Rand) (int, error) {
 	_, _, err := b.cl.GetReplicaList(ctx, b.readKey(rng))
+	return 1, err
+}
+
+func opExist(ctx context.Context, b *bench, rng *rand.Rand) (int, error) {
+	key := b.readKey(rng)
+	ok, _, err := b.cl.ExistKey(ctx, key)
+	if err == nil && !ok {
+		err = fmt.Errorf("%s: written before the step, not found", key)
+	}
 	return 1, err
 }
 
@@ -103,15 +123,29 @@ func opBatchPut(ctx context.Context, b *bench, _ *rand.Rand) (int, error) {
 }
 
 func opBatchGet(ctx context.Context, b *bench, rng *rand.Rand) (int, error) {
-	keys := make([]string, b.cfg.batch)
-	for i := range keys {
-		keys[i] = b.readKey(rng)
-	}
+	keys := b.readKeys(rng)
 	rs, err := b.cl.BatchGetReplicaList(ctx, keys)
 	if err != nil {
 		return 0, err
 	}
 	for _, r := range rs {
+		if r.Err != nil {
+			return 0, r.Err
+		}
+	}
+	return len(keys), nil
+}
+
+func opBatchExist(ctx context.Context, b *bench, rng *rand.Rand) (int, error) {
+	keys := b.readKeys(rng)
+	rs, err := b.cl.BatchExistKey(ctx, keys)
+	if err != nil {
+		return 0, err
+	}
+	for i, r := range rs {
+		if r.Err == nil && !r.Exists {
+			r.Err = fmt.Errorf("%s: written before the step, not found", keys[i])
+		}
 		if r.Err != nil {
 			return 0, r.Err
 		}
@@ -185,6 +219,11 @@ type stepResult struct {
 	LagP50Ms          float64 `json:"standby_lag_p50_ms"`
 	LagP99Ms          float64 `json:"standby_lag_p99_ms"`
 	LagSamples        int     `json:"standby_lag_samples"`
+	// The CPU time of the process serving clients (moonraft's leader, the
+	// baseline's primary) in the step, and ops per CPU second of it (ops
+	// per second per core); with --local only.
+	LeaderCPUSeconds   float64 `json:"leader_cpu_s,omitempty"`
+	OpsPerLeaderCPUSec float64 `json:"ops_per_leader_cpu_s,omitempty"`
 }
 
 // sweep runs every workload at every client count against sys.
@@ -224,8 +263,59 @@ func sweep(ctx context.Context, cfg config, sys system, rep *report) error {
 	return nil
 }
 
+// settleQuiet is how long a step waits, once the previous step's backlog
+// has drained, for once-a-second background work (lease renewals to etcd)
+// to finish.
+const settleQuiet = 2 * time.Second
+
+// settle waits until sys has finished the work the previous step left
+// behind — OpLog entries not yet in etcd, standbys behind the leader — so
+// that a step measures its own load, not its predecessor's (up to a
+// minute; the step then goes on, and the progress line says so).
+func settle(ctx context.Context, sys system, label string) {
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var (
+		target uint64 // the leader's position when settling began
+		known  bool
+	)
+	for {
+		pctx, pcancel := context.WithTimeout(sctx, time.Second)
+		leader, standbys, err := sys.positions(pctx)
+		var backlog uint64
+		if err == nil {
+			backlog, err = sys.exportBacklog(pctx)
+		}
+		pcancel()
+		if err == nil {
+			if !known {
+				target, known = leader, true
+			}
+			behind := backlog > 0
+			for _, p := range standbys {
+				behind = behind || p < target
+			}
+			if !behind {
+				break
+			}
+		}
+		select {
+		case <-sctx.Done():
+			progressf("%s: the previous step's backlog did not drain within a minute; measuring anyway", label)
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(settleQuiet):
+	}
+}
+
 func runStep(ctx context.Context, b *bench, sys system, name string, w workload, clients int, label string) (stepResult, error) {
 	res := stepResult{System: sys.name(), Workload: name, Clients: clients}
+	progressLive("%s: settling", label)
+	settle(ctx, sys, label)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -282,6 +372,7 @@ func runStep(ctx context.Context, b *bench, sys system, name string, w workload,
 		path := filepath.Join(b.cfg.profileDir, fmt.Sprintf("%s-%s-%d.pprof", sys.name(), name, clients))
 		go func() { profDone <- lc.profileLeader(ctx, max(b.cfg.duration, time.Second), path) }()
 	}
+	cpu := startLeaderCPU(ctx, sys)
 	start := time.Now()
 	measuring.Store(true)
 	tick := time.NewTicker(500 * time.Millisecond)
@@ -300,6 +391,7 @@ func runStep(ctx context.Context, b *bench, sys system, name string, w workload,
 	tick.Stop()
 	measuring.Store(false)
 	elapsed := time.Since(start)
+	leaderCPU, cpuKnown := cpu()
 	etcd1 := sys.etcd()
 	lcancel()
 	cancel()
@@ -326,8 +418,35 @@ func runStep(ctx context.Context, b *bench, sys system, name string, w workload,
 		res.EtcdBytesPer1kOps = (etcd1.bytes - etcd0.bytes) / float64(res.Ops) * 1000
 	}
 	res.LagP50Ms, res.LagP99Ms, res.LagSamples = ms(lag.p50), ms(lag.p99), lag.n
+	if cpuKnown && leaderCPU > 0 {
+		res.LeaderCPUSeconds = leaderCPU.Seconds()
+		res.OpsPerLeaderCPUSec = float64(res.Ops) / res.LeaderCPUSeconds
+	}
 	progressDone("%s: %.0f ops/s, p99 %.2f ms, %d errors, standby lag p99 %.1f ms", label, res.OpsPerSec, res.P99Ms, res.Errors, res.LagP99Ms)
 	return res, nil
+}
+
+// startLeaderCPU starts measuring the CPU time of the process serving
+// clients (a local cluster's leader, the baseline's primary); the returned
+// func says how much it used since (false when not known: a remote
+// cluster, or the leader changed or died meanwhile).
+func startLeaderCPU(ctx context.Context, sys system) func() (time.Duration, bool) {
+	none := func() (time.Duration, bool) { return 0, false }
+	l, err := sys.leaderProc(ctx)
+	if err != nil || l == nil {
+		return none
+	}
+	c0, err := l.CPUTime()
+	if err != nil {
+		return none
+	}
+	return func() (time.Duration, bool) {
+		c1, err := l.CPUTime()
+		if now, lerr := sys.leaderProc(ctx); err != nil || lerr != nil || now != l {
+			return 0, false
+		}
+		return c1 - c0, true
+	}
 }
 
 func quantile(sorted []time.Duration, q float64) time.Duration {

@@ -223,7 +223,7 @@ func (c *cli) status(ctx context.Context) error {
 		return c.print(sts, "")
 	}
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tRAFT ADDR\tGRPC ADDR\tROLE\tTERM\tAPPLIED INDEX\tAPPLIED SEQ\tEXPORTED SEQ\tEXPORT LAG\tOBJECTS\tDIGEST")
+	fmt.Fprintln(w, "ID\tRAFT ADDR\tGRPC ADDR\tROLE\tTERM\tREADS\tAPPLIED INDEX\tAPPLIED SEQ\tEXPORTED SEQ\tEXPORT LAG\tOBJECTS\tDIGEST")
 	for _, s := range sts {
 		if s == nil {
 			continue
@@ -236,7 +236,11 @@ func (c *cli) status(ctx context.Context) error {
 		if s.EtcdExport && s.Promoted { // only the leader exports
 			exported, lag = fmt.Sprint(s.ExportedSeq), fmt.Sprint(s.AppliedSeq-min(s.ExportedSeq, s.AppliedSeq))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%.16s\n", s.Id, s.RaftAddr, s.GrpcAddr, role, s.Term, s.AppliedIndex, s.AppliedSeq, exported, lag, s.Objects, s.Digest)
+		reads := s.ReadMode
+		if s.Promoted && s.ReadMode == "lease" { // the leader: how long its lease still holds
+			reads = fmt.Sprintf("lease (%d ms)", s.ReadLeaseRemainingMs)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%d\t%.16s\n", s.Id, s.RaftAddr, s.GrpcAddr, role, s.Term, reads, s.AppliedIndex, s.AppliedSeq, exported, lag, s.Objects, s.Digest)
 	}
 	if err := w.Flush(); err != nil {
 		return err

@@ -85,6 +85,9 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	evictionRatio := fs.Float64("eviction-ratio", float64(cfg.Params.EvictionRatioPPM)/1e6, "share of capacity each eviction frees")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "Raft heartbeat timeout")
 	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "Raft election timeout")
+	readMode := fs.String("read-mode", string(cfg.ReadMode), "how the leader makes reads linearizable: lease (no round trip while a quorum-confirmed read lease holds) or quorum (a round per read); docs/OPERATIONS.md")
+	fs.DurationVar(&cfg.ReadLease, "read-lease", 0, "read lease length (0: 90% of --heartbeat-timeout, the longest safe one); a node also waits this long before starting Raft")
+	fs.BoolVar(&cfg.UnsafeReadLease, "unsafe-read-lease", false, "allow --read-lease beyond the safe bound: stale reads become possible (testing only)")
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often Raft checks whether to snapshot")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
@@ -114,7 +117,8 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	return fs, configFile, func() error {
 		return o.finish(finishArgs{peers: *peers, raftDial: *raftDial, leaseTTL: *leaseTTL, softPinTTL: *softPinTTL,
 			clientTTL: *clientTTL, highWatermark: *highWatermark, evictionRatio: *evictionRatio, logLevel: *logLevel, etcdEndpoints: *etcdEndpoints,
-			etcdCert: *etcdCert, etcdKey: *etcdKey, etcdCA: *etcdCA, tokenFile: *tokenFile, dev: *dev, followEtcd: *followEtcd, followSnapshot: *followSnapshot})
+			etcdCert: *etcdCert, etcdKey: *etcdKey, etcdCA: *etcdCA, tokenFile: *tokenFile, dev: *dev, followEtcd: *followEtcd, followSnapshot: *followSnapshot,
+			readMode: *readMode})
 	}
 }
 
@@ -128,11 +132,13 @@ type finishArgs struct {
 	tokenFile                       string
 	dev, followEtcd                 bool
 	followSnapshot                  string
+	readMode                        string
 }
 
 func (o *options) finish(a finishArgs) error {
 	cfg := &o.cfg
 	o.dev, o.followEtcd, o.followSnapshot = a.dev, a.followEtcd, a.followSnapshot
+	cfg.ReadMode = node.ReadMode(a.readMode)
 	cfg.Etcd.Endpoints = listflag.Split(a.etcdEndpoints)
 	cfg.Etcd.ClusterID = cfg.ClusterID
 	// The node's TLS files default the etcd client's when etcd is reached

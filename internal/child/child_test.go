@@ -60,3 +60,22 @@ func TestStopAllKillsWhatIgnoresSIGTERM(t *testing.T) {
 	}
 	assert.Equal(t, 1, count(t, log, " exit signal: killed"), "SIGTERM ignored: killed after the grace time")
 }
+
+// TestCPUTime: a busy child accrues CPU time, a sleeping one next to none,
+// and a child that is not running has no reading.
+func TestCPUTime(t *testing.T) {
+	busy := &Proc{Bin: "/bin/sh", Args: []string{"-c", "while :; do :; done"}}
+	idle := &Proc{Bin: "/bin/sh", Args: []string{"-c", "exec sleep 60"}}
+	_, err := busy.CPUTime()
+	assert.Error(t, err, "not started")
+	require.NoError(t, busy.Start())
+	require.NoError(t, idle.Start())
+	defer StopAll(time.Second, busy, idle)
+	require.Eventually(t, func() bool {
+		d, err := busy.CPUTime()
+		return err == nil && d >= 200*time.Millisecond
+	}, 10*time.Second, 20*time.Millisecond, "a busy loop uses CPU")
+	d, err := idle.CPUTime()
+	require.NoError(t, err)
+	assert.Less(t, d, 100*time.Millisecond, "sleep uses next to none")
+}

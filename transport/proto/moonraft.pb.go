@@ -2408,32 +2408,34 @@ func (x *StatusResponse) GetNode() *NodeStatus {
 
 // NodeStatus is one node's view of Raft and of its replicated state.
 type NodeStatus struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"` // Raft server ID
-	RaftAddr        string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
-	GrpcAddr        string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
-	HttpAddr        string                 `protobuf:"bytes,4,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
-	Role            string                 `protobuf:"bytes,5,opt,name=role,proto3" json:"role,omitempty"` // leader | follower | candidate | shutdown
-	Term            uint64                 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"`
-	AppliedIndex    uint64                 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	CommitIndex     uint64                 `protobuf:"varint,8,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedSeq      uint64                 `protobuf:"varint,9,opt,name=applied_seq,json=appliedSeq,proto3" json:"applied_seq,omitempty"` // last OpLog sequence id produced
-	Digest          string                 `protobuf:"bytes,10,opt,name=digest,proto3" json:"digest,omitempty"`                           // hex state digest; equal at equal applied_index
-	LeaderId        string                 `protobuf:"bytes,11,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	LeaderGrpcAddr  string                 `protobuf:"bytes,12,opt,name=leader_grpc_addr,json=leaderGrpcAddr,proto3" json:"leader_grpc_addr,omitempty"`
-	Objects         uint64                 `protobuf:"varint,13,opt,name=objects,proto3" json:"objects,omitempty"`
-	Segments        uint64                 `protobuf:"varint,14,opt,name=segments,proto3" json:"segments,omitempty"`
-	Sessions        uint64                 `protobuf:"varint,15,opt,name=sessions,proto3" json:"sessions,omitempty"`
-	UsedBytes       uint64                 `protobuf:"varint,16,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
-	CapacityBytes   uint64                 `protobuf:"varint,17,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
-	ExportRingLen   uint64                 `protobuf:"varint,18,opt,name=export_ring_len,json=exportRingLen,proto3" json:"export_ring_len,omitempty"`      // OpLog entries not yet acknowledged by etcd
-	NowMs           int64                  `protobuf:"varint,19,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`                                // the FSM's command clock
-	Promoted        bool                   `protobuf:"varint,20,opt,name=promoted,proto3" json:"promoted,omitempty"`                                       // leader has finished promotion and serves clients
-	ExportedSeq     uint64                 `protobuf:"varint,21,opt,name=exported_seq,json=exportedSeq,proto3" json:"exported_seq,omitempty"`              // last OpLog seq this leader wrote to etcd (0 on followers or without etcd)
-	EtcdExport      bool                   `protobuf:"varint,22,opt,name=etcd_export,json=etcdExport,proto3" json:"etcd_export,omitempty"`                 // the cluster exports its OpLog to etcd
-	ObjectSetDigest string                 `protobuf:"bytes,23,opt,name=object_set_digest,json=objectSetDigest,proto3" json:"object_set_digest,omitempty"` // hex SHA-256 of (key, size, key_sequence_id) of complete objects: comparable with an etcd follower's
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	Id                   string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"` // Raft server ID
+	RaftAddr             string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	GrpcAddr             string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	HttpAddr             string                 `protobuf:"bytes,4,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
+	Role                 string                 `protobuf:"bytes,5,opt,name=role,proto3" json:"role,omitempty"` // leader | follower | candidate | shutdown
+	Term                 uint64                 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"`
+	AppliedIndex         uint64                 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	CommitIndex          uint64                 `protobuf:"varint,8,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedSeq           uint64                 `protobuf:"varint,9,opt,name=applied_seq,json=appliedSeq,proto3" json:"applied_seq,omitempty"` // last OpLog sequence id produced
+	Digest               string                 `protobuf:"bytes,10,opt,name=digest,proto3" json:"digest,omitempty"`                           // hex state digest; equal at equal applied_index
+	LeaderId             string                 `protobuf:"bytes,11,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderGrpcAddr       string                 `protobuf:"bytes,12,opt,name=leader_grpc_addr,json=leaderGrpcAddr,proto3" json:"leader_grpc_addr,omitempty"`
+	Objects              uint64                 `protobuf:"varint,13,opt,name=objects,proto3" json:"objects,omitempty"`
+	Segments             uint64                 `protobuf:"varint,14,opt,name=segments,proto3" json:"segments,omitempty"`
+	Sessions             uint64                 `protobuf:"varint,15,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	UsedBytes            uint64                 `protobuf:"varint,16,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	CapacityBytes        uint64                 `protobuf:"varint,17,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	ExportRingLen        uint64                 `protobuf:"varint,18,opt,name=export_ring_len,json=exportRingLen,proto3" json:"export_ring_len,omitempty"`                        // OpLog entries not yet acknowledged by etcd
+	NowMs                int64                  `protobuf:"varint,19,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`                                                  // the FSM's command clock
+	Promoted             bool                   `protobuf:"varint,20,opt,name=promoted,proto3" json:"promoted,omitempty"`                                                         // leader has finished promotion and serves clients
+	ExportedSeq          uint64                 `protobuf:"varint,21,opt,name=exported_seq,json=exportedSeq,proto3" json:"exported_seq,omitempty"`                                // last OpLog seq this leader wrote to etcd (0 on followers or without etcd)
+	EtcdExport           bool                   `protobuf:"varint,22,opt,name=etcd_export,json=etcdExport,proto3" json:"etcd_export,omitempty"`                                   // the cluster exports its OpLog to etcd
+	ObjectSetDigest      string                 `protobuf:"bytes,23,opt,name=object_set_digest,json=objectSetDigest,proto3" json:"object_set_digest,omitempty"`                   // hex SHA-256 of (key, size, key_sequence_id) of complete objects: comparable with an etcd follower's
+	ReadMode             string                 `protobuf:"bytes,24,opt,name=read_mode,json=readMode,proto3" json:"read_mode,omitempty"`                                          // lease | quorum: how this node proves its reads linearizable when it leads
+	ReadLeaseRemainingMs int64                  `protobuf:"varint,25,opt,name=read_lease_remaining_ms,json=readLeaseRemainingMs,proto3" json:"read_lease_remaining_ms,omitempty"` // how long the leader's read lease still holds (0: none)
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -2625,6 +2627,20 @@ func (x *NodeStatus) GetObjectSetDigest() string {
 		return x.ObjectSetDigest
 	}
 	return ""
+}
+
+func (x *NodeStatus) GetReadMode() string {
+	if x != nil {
+		return x.ReadMode
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetReadLeaseRemainingMs() int64 {
+	if x != nil {
+		return x.ReadLeaseRemainingMs
+	}
+	return 0
 }
 
 // MembersRequest asks for the Raft configuration.
@@ -3346,7 +3362,7 @@ const file_moonraft_proto_rawDesc = "" +
 	"\fskip_digests\x18\x01 \x01(\bR\vskipDigests\"j\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12+\n" +
-	"\x04node\x18\x02 \x01(\v2\x17.moonraft.v1.NodeStatusR\x04node\"\xc6\x05\n" +
+	"\x04node\x18\x02 \x01(\v2\x17.moonraft.v1.NodeStatusR\x04node\"\x9a\x06\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
@@ -3375,7 +3391,9 @@ const file_moonraft_proto_rawDesc = "" +
 	"\fexported_seq\x18\x15 \x01(\x04R\vexportedSeq\x12\x1f\n" +
 	"\vetcd_export\x18\x16 \x01(\bR\n" +
 	"etcdExport\x12*\n" +
-	"\x11object_set_digest\x18\x17 \x01(\tR\x0fobjectSetDigest\"\x10\n" +
+	"\x11object_set_digest\x18\x17 \x01(\tR\x0fobjectSetDigest\x12\x1b\n" +
+	"\tread_mode\x18\x18 \x01(\tR\breadMode\x125\n" +
+	"\x17read_lease_remaining_ms\x18\x19 \x01(\x03R\x14readLeaseRemainingMs\"\x10\n" +
 	"\x0eMembersRequest\"m\n" +
 	"\x0fMembersResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12-\n" +

@@ -1,0 +1,50 @@
+//go:build failpoints
+
+package node
+
+import (
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Failpoints for fault tests, compiled only with `-tags failpoints` (as
+// etcd builds its failpoints): a release binary has none. Each is switched
+// on by creating a file in the node's data dir and off by removing it.
+const (
+	// failpointStallLog holds every write to the Raft log while the file
+	// exists: a disk that has stopped answering. The leader's Raft loop
+	// then stops (it cannot step down), while its heartbeats and the
+	// client API go on.
+	failpointStallLog = "failpoint-stall-log"
+)
+
+func withFailpoints(s raft.LogStore, dataDir string) raft.LogStore {
+	return &stallingLog{LogStore: s, stall: filepath.Join(dataDir, failpointStallLog)}
+}
+
+type stallingLog struct {
+	raft.LogStore
+	stall string
+}
+
+func (l *stallingLog) StoreLog(log *raft.Log) error {
+	l.wait()
+	return l.LogStore.StoreLog(log)
+}
+
+func (l *stallingLog) StoreLogs(logs []*raft.Log) error {
+	l.wait()
+	return l.LogStore.StoreLogs(logs)
+}
+
+func (l *stallingLog) wait() {
+	for {
+		if _, err := os.Stat(l.stall); err != nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

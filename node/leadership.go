@@ -1,0 +1,198 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ReadMode says how the leader proves that a read is linearizable.
+type ReadMode string
+
+const (
+	// ReadLease answers from the leader's state while it holds a read lease
+	// that a quorum round confirmed: no round trip per read.
+	ReadLease ReadMode = "lease"
+	// ReadQuorum runs a VerifyLeader round for every read (concurrent reads
+	// share one).
+	ReadQuorum ReadMode = "quorum"
+)
+
+// leaseDriftMargin is the part of the heartbeat timeout the read lease
+// leaves unused, for the difference in rate between the leader's and the
+// followers' monotonic clocks (docs/OPERATIONS.md, "Read modes").
+const leaseDriftMargin = 0.1
+
+// maxReadLease is the longest read lease that is safe with heartbeat
+// timeout hb.
+func maxReadLease(hb time.Duration) time.Duration {
+	return time.Duration(float64(hb) * (1 - leaseDriftMargin))
+}
+
+// leadership confirms this node's leadership for reads: by VerifyLeader
+// rounds that concurrent callers share, and in lease mode by the read lease
+// those rounds establish.
+//
+// Why the lease holds: a hashicorp/raft follower that knows a leader refuses
+// every other candidate (unless that leader asked it to vote, in a
+// leadership transfer) until its heartbeat timer finds no contact for a
+// whole heartbeat timeout. Every member of a quorum that acknowledged a
+// heartbeat sent after time t0 therefore helps elect nobody else before
+// t0 + heartbeat timeout by its clock; the lease ends sooner, at t0 + dur,
+// where t0 is taken before the round starts and dur leaves a margin for
+// clock drift. The leader's own refusal lasts only while it leads, so a
+// read also checks that this node is still the leader. What would break the
+// reasoning is handled where it happens: a restarted follower has forgotten
+// its leader (New waits dur before starting Raft), a leadership transfer
+// makes followers vote at once, a snapshot restore swaps the state and a
+// membership change swaps the quorum (suspend around each).
+type leadership struct {
+	verify func() error     // one quorum round (raft VerifyLeader)
+	term   func() uint64    // Raft's current term
+	now    func() time.Time // monotonic
+	dur    time.Duration    // lease length; 0 in quorum mode
+
+	mu      sync.Mutex
+	waiting []chan error // callers of confirm for the next round
+	running bool         // a goroutine is running rounds
+	renew   bool         // a background round is wanted
+
+	until     time.Time // the lease holds while now is before until
+	leaseTerm uint64    // the term the lease was confirmed in
+	epoch     uint64    // bumped by drop: rounds begun earlier confirm nothing
+	suspended int       // > 0: no lease is held or established
+
+	rounds atomic.Uint64 // quorum rounds run (metrics)
+}
+
+// leaseToken identifies the lease a read started under.
+type leaseToken uint64
+
+// confirm returns once a quorum round that began after the call has
+// confirmed this node's leadership (or failed): what a linearizable read
+// needs before it reads. Concurrent callers share rounds.
+func (l *leadership) confirm(ctx context.Context) error {
+	ch := make(chan error, 1)
+	l.mu.Lock()
+	l.waiting = append(l.waiting, ch)
+	l.startLocked()
+	l.mu.Unlock()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startLocked starts the round goroutine unless it runs. It ends when no
+// round is wanted; a round returns once Raft has shut down (Node.wait), so
+// it cannot outlive Raft.
+func (l *leadership) startLocked() {
+	if !l.running {
+		l.running = true
+		go l.run()
+	}
+}
+
+func (l *leadership) run() {
+	for {
+		l.mu.Lock()
+		batch := l.waiting
+		l.waiting = nil
+		if len(batch) == 0 && !l.renew {
+			l.running = false
+			l.mu.Unlock()
+			return
+		}
+		l.renew = false
+		epoch := l.epoch
+		l.mu.Unlock()
+
+		start, term := l.now(), l.term()
+		err := l.verify()
+		l.rounds.Add(1)
+		l.mu.Lock()
+		if err == nil && l.dur > 0 && l.epoch == epoch && l.suspended == 0 {
+			l.until, l.leaseTerm = start.Add(l.dur), term
+		}
+		l.mu.Unlock()
+		for _, ch := range batch {
+			ch <- err
+		}
+	}
+}
+
+// lease reports whether this node holds a read lease now.
+func (l *leadership) lease() (leaseToken, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return leaseToken(l.epoch), l.validLocked()
+}
+
+// holds reports whether the lease a read started under (tok) still holds:
+// called after the read, so a pause between lease and the read cannot
+// serve a state that a new leader may have changed meanwhile.
+func (l *leadership) holds(tok leaseToken) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return leaseToken(l.epoch) == tok && l.validLocked()
+}
+
+func (l *leadership) validLocked() bool {
+	return l.dur > 0 && l.suspended == 0 && l.now().Before(l.until) && l.leaseTerm == l.term()
+}
+
+// renewIfDue starts a round in the background when less than half the
+// lease is left and no round runs (any round renews it), so that steady
+// reads never wait for one. Only reads call it: an idle leader lets its
+// lease lapse and pays one round at the next read.
+func (l *leadership) renewIfDue() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dur > 0 && !l.running && l.suspended == 0 && l.until.Sub(l.now()) < l.dur/2 {
+		l.renew = true
+		l.startLocked()
+	}
+}
+
+// drop ends the lease now; a round already running cannot re-establish it.
+func (l *leadership) drop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dropLocked()
+}
+
+func (l *leadership) dropLocked() {
+	l.epoch++
+	l.until = time.Time{}
+}
+
+// suspend drops the lease and keeps it from being established until the
+// returned func is called: around anything that lets a quorum elect
+// another leader, or changes the state, without the usual log order.
+func (l *leadership) suspend() (resume func()) {
+	l.mu.Lock()
+	l.suspended++
+	l.dropLocked()
+	l.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.suspended--
+			l.mu.Unlock()
+		})
+	}
+}
+
+// remaining is how long the lease still holds (0 without one).
+func (l *leadership) remaining() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.validLocked() {
+		return 0
+	}
+	return l.until.Sub(l.now())
+}

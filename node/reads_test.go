@@ -1,0 +1,338 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func withReadMode(m ReadMode) func(*Config) {
+	return func(c *Config) { c.ReadMode = m }
+}
+
+// TestReadModes: under a read lease, reads need no quorum round each (a
+// background renewal now and then); in quorum mode every read waits for
+// one. Both are reported in Status and counted in the metrics.
+func TestReadModes(t *testing.T) {
+	for _, tt := range []struct {
+		mode      ReadMode
+		maxRounds uint64
+		minRounds uint64
+	}{
+		{ReadLease, 10, 1},
+		{ReadQuorum, 1 << 20, 200},
+	} {
+		t.Run(string(tt.mode), func(t *testing.T) {
+			c := newCluster(t, 3, time.Hour, withReadMode(tt.mode))
+			nd := c.nodes[c.leader()]
+			mountSegments(t, nd)
+			put(t, nd, "k")
+			r0 := nd.leadership.rounds.Load()
+			for range 200 {
+				_, _, err := nd.GetReplicaList(ctx(t), "k")
+				require.NoError(t, err)
+			}
+			rounds := nd.leadership.rounds.Load() - r0
+			assert.LessOrEqual(t, rounds, tt.maxRounds)
+			assert.GreaterOrEqual(t, rounds, tt.minRounds)
+			st := nd.Status()
+			assert.Equal(t, string(tt.mode), st.ReadMode)
+			if tt.mode == ReadLease {
+				assert.GreaterOrEqual(t, testutil.ToFloat64(nd.metrics.leaseReads), 190.0)
+				assert.Positive(t, st.ReadLeaseRemainingMs, "the leader reports the lease it holds")
+			} else {
+				assert.Zero(t, testutil.ToFloat64(nd.metrics.leaseReads))
+				assert.Equal(t, 200.0, testutil.ToFloat64(nd.metrics.quorumReads))
+				assert.Zero(t, st.ReadLeaseRemainingMs)
+			}
+		})
+	}
+}
+
+// installClock gives n's read lease a clock the test moves; no round may
+// run meanwhile.
+func installClock(n *Node) *fakeClock {
+	clk := &fakeClock{t: time.Now()}
+	n.leadership.mu.Lock()
+	n.leadership.now = clk.now
+	n.leadership.mu.Unlock()
+	return clk
+}
+
+// TestLapseDuringReadFallsBackToQuorum: a read that began under the lease
+// and ended after it lapsed (the process paused between the check and the
+// read) is not answered from what it read: a quorum round confirms the
+// leadership and the read runs again — no error for the client.
+func TestLapseDuringReadFallsBackToQuorum(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	nd := c.nodes[c.leader()]
+	clk := installClock(nd)
+	require.NoError(t, nd.confirmLeader(ctx(t)))
+	_, ok := nd.leadership.lease()
+	require.True(t, ok)
+
+	lease0, quorum0, rounds0 := testutil.ToFloat64(nd.metrics.leaseReads), testutil.ToFloat64(nd.metrics.quorumReads), nd.leadership.rounds.Load()
+	calls := 0
+	require.NoError(t, nd.linearizable(ctx(t), func() error {
+		calls++
+		if calls == 1 {
+			clk.advance(time.Hour) // paused between the lease check and the read
+		}
+		return nil
+	}))
+	assert.Equal(t, 2, calls, "read again after a quorum round")
+	assert.Equal(t, lease0, testutil.ToFloat64(nd.metrics.leaseReads), "not served under the lapsed lease")
+	assert.Equal(t, quorum0+1, testutil.ToFloat64(nd.metrics.quorumReads))
+	assert.Equal(t, rounds0+1, nd.leadership.rounds.Load())
+}
+
+// TestRestartedNodeVotesOnlyAfterALease: a restarted node has forgotten
+// the leader it acknowledged and would grant its vote at once; it must not
+// grant one within a read lease of starting, or a leader still serving
+// under a lease it helped confirm could be deposed meanwhile.
+func TestRestartedNodeVotesOnlyAfterALease(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	c.leader()
+	for i := range c.nodes {
+		c.stop(i)
+	}
+	// A fake candidate on n0's address asks n1, restarting alone, for its
+	// vote in a far later term with a longer log.
+	cand, err := raft.NewTCPTransport(c.cfgs[0].RaftAddr, nil, 2, time.Second, io.Discard)
+	require.NoError(t, err)
+	defer cand.Close()
+	req := &raft.RequestVoteRequest{
+		RPCHeader:    raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(c.cfgs[0].ID), Addr: cand.EncodePeer(raft.ServerID(c.cfgs[0].ID), cand.LocalAddr())},
+		Term:         1 << 20,
+		LastLogIndex: 1 << 40,
+		LastLogTerm:  1 << 20,
+	}
+	started := time.Now()
+	type result struct {
+		nd  *Node
+		err error
+	}
+	restarted := make(chan result, 1)
+	go func() {
+		nd, err := Start(context.Background(), c.cfgs[1])
+		restarted <- result{nd, err}
+	}()
+	defer func() {
+		r := <-restarted
+		require.NoError(t, r.err)
+		c.nodes[1] = r.nd // closed by the cluster's cleanup
+	}()
+	var granted time.Time
+	require.Eventually(t, func() bool {
+		var resp raft.RequestVoteResponse
+		err := cand.RequestVote(raft.ServerID(c.cfgs[1].ID), raft.ServerAddress(c.cfgs[1].RaftAddr), req, &resp)
+		if err == nil && resp.Granted {
+			granted = time.Now()
+			return true
+		}
+		return false
+	}, 15*time.Second, 5*time.Millisecond, "a node with no leader around grants the vote in the end")
+	assert.GreaterOrEqual(t, granted.Sub(started), c.cfgs[1].readLease(), "no vote within one read lease of starting")
+}
+
+// hammerReads keeps n's read lease in use (and so renewed) until stop.
+func hammerReads(t *testing.T, n *Node, key string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			rctx, rcancel := context.WithTimeout(ctx, time.Second)
+			_, _, _ = n.GetReplicaList(rctx, key)
+			rcancel()
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+// TestTransferDropsTheLeaseFirst: by the time any node sees the vote
+// request of a leadership transfer (which it grants although it knows a
+// leader), the old leader no longer holds its read lease.
+func TestTransferDropsTheLeaseFirst(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	old := c.nodes[l]
+	mountSegments(t, old)
+	put(t, old, "k")
+	var seen, heldAtVote atomic.Int32
+	for _, nd := range c.nodes {
+		nd.raft.RegisterObserver(raft.NewObserver(nil, false, func(o *raft.Observation) bool {
+			if rv, ok := o.Data.(raft.RequestVoteRequest); ok && rv.LeadershipTransfer {
+				seen.Add(1)
+				if _, held := old.leadership.lease(); held {
+					heldAtVote.Add(1)
+				}
+			}
+			return false
+		}))
+	}
+	stop := hammerReads(t, old, "k")
+	require.Eventually(t, func() bool { _, ok := old.leadership.lease(); return ok }, 5*time.Second, time.Millisecond)
+	require.NoError(t, old.TransferLeadership(ctx(t), ""))
+	// The transfer returns once this node steps down, which can be before
+	// the other follower has the vote request.
+	require.Eventually(t, func() bool { return seen.Load() >= 2 }, 5*time.Second, time.Millisecond, "the transfer's vote requests were observed")
+	stop()
+	assert.Zero(t, heldAtVote.Load(), "the old leader still held its lease when followers were asked to vote")
+}
+
+// TestRestoreDropsTheLeaseFirst: a snapshot restore replaces the state
+// under the reads; the lease is gone before the state machine starts to.
+func TestRestoreDropsTheLeaseFirst(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	put(t, nd, "k")
+	var snap bytes.Buffer
+	require.NoError(t, nd.SnapshotSave(ctx(t), &snap))
+
+	var restores, heldAtRestore atomic.Int32
+	drop := nd.sm.onRestore
+	nd.sm.onRestore = func() {
+		restores.Add(1)
+		if _, held := nd.leadership.lease(); held {
+			heldAtRestore.Add(1)
+		}
+		drop()
+	}
+	stop := hammerReads(t, nd, "k")
+	require.Eventually(t, func() bool { _, ok := nd.leadership.lease(); return ok }, 5*time.Second, time.Millisecond)
+	require.NoError(t, nd.SnapshotRestore(ctx(t), &snap))
+	stop()
+	assert.Equal(t, int32(1), restores.Load())
+	assert.Zero(t, heldAtRestore.Load(), "the leader held its lease while its state was replaced")
+	_, _, err := nd.GetReplicaList(ctx(t), "k")
+	require.NoError(t, err, "reads go on after the restore")
+}
+
+// TestNoRaftEntryPerRead: reads of keys whose lease has lapsed, or was
+// never granted, add no Raft entry (their renewals ride the next regular
+// Tick); a read of a live lease that would lapse before that tick does.
+func TestNoRaftEntryPerRead(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	// Ticks every hour: any entry the reads cause is an urgent tick.
+	c := newCluster(t, 3, time.Hour, func(cfg *Config) { cfg.Now = clock.Load })
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	for i := range 20 {
+		put(t, nd, fmt.Sprintf("k%d", i))
+	}
+	// Past the lease Promote granted every object.
+	clock.Add(2 * nd.cfg.Params.LeaseTTLMs)
+	index := func() uint64 { return nd.sm.appliedIndex.Load() }
+	before := index()
+	for i := range 20 {
+		for range 3 {
+			_, _, err := nd.GetReplicaList(ctx(t), fmt.Sprintf("k%d", i))
+			require.NoError(t, err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // room for an urgent tick, had one been asked for
+	assert.Equal(t, before, index(), "no entry for reads of unleased keys")
+
+	// A tick applies the renewals: k0 now holds a live lease, which would
+	// lapse long before the next regular tick.
+	_, err := nd.tick(ctx(t), true)
+	require.NoError(t, err)
+	before = index()
+	_, _, err = nd.GetReplicaList(ctx(t), "k0")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return index() == before+1 }, 5*time.Second, 5*time.Millisecond, "an urgent tick for a live lease")
+}
+
+// TestBatchReadsInOnePass: a batch read answers each key (found, missing,
+// still being written, invalid) with one leadership check for the whole
+// batch, and leases what it found.
+func TestBatchReadsInOnePass(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	c := newCluster(t, 3, time.Hour, withReadMode(ReadQuorum), func(cfg *Config) { cfg.Now = clock.Load })
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	var keys []string
+	for i := range 30 {
+		k := fmt.Sprintf("k%d", i)
+		put(t, nd, k)
+		keys = append(keys, k)
+	}
+	now := time.Now().UnixMilli()
+	mustPropose(t, nd, &fsm.PutStart{NowMs: now, Key: "writing", SliceLengths: []uint64{1}, ReplicaNum: 1, ClientID: "c1"})
+	keys = append(keys, "missing", "writing", "")
+	// Past the lease Promote granted: no read below asks for an urgent tick,
+	// so the renewals they record stay in the batcher.
+	clock.Add(2 * nd.cfg.Params.LeaseTTLMs)
+	now = clock.Load()
+	_, _ = nd.batcher.Drain()
+
+	r0 := nd.leadership.rounds.Load()
+	got, err := nd.BatchGetReplicaList(ctx(t), keys)
+	require.NoError(t, err)
+	assert.Equal(t, r0+1, nd.leadership.rounds.Load(), "one quorum round for the whole batch")
+	require.Len(t, got, len(keys))
+	for i := range 30 {
+		assert.True(t, got[i].Found, keys[i])
+		assert.NoError(t, got[i].Err)
+		assert.Len(t, got[i].Replicas, 2)
+		assert.Greater(t, got[i].Grant.UntilMs, now)
+	}
+	assert.Equal(t, errcode.ObjectNotFound, errcode.Of(got[30].Err))
+	assert.Equal(t, errcode.ReplicaIsNotReady, errcode.Of(got[31].Err))
+	assert.Equal(t, errcode.InvalidKey, errcode.Of(got[32].Err))
+	renewals, _ := nd.batcher.Len()
+	assert.Equal(t, 30, renewals, "every found key's lease is recorded for the next tick")
+
+	ex, err := nd.BatchExistKey(ctx(t), keys)
+	require.NoError(t, err)
+	assert.Equal(t, r0+2, nd.leadership.rounds.Load())
+	for i := range 30 {
+		assert.True(t, ex[i].Found)
+	}
+	assert.False(t, ex[30].Found)
+	assert.False(t, ex[31].Found, "an object being written does not exist for readers")
+	assert.Equal(t, errcode.InvalidKey, errcode.Of(ex[32].Err))
+
+	f := c.nodes[(c.leader()+1)%3]
+	_, err = f.BatchGetReplicaList(ctx(t), keys)
+	assert.Equal(t, errcode.NotLeader, errcode.Of(err), "a follower refuses the whole batch")
+}
+
+// TestNoLeaseReadBeforeThisTermsPromote: a leader whose Promote was applied
+// in an older term (it lost leadership and won it back, and the new
+// Promote is not applied yet) serves no read, lease or not, until it is.
+func TestNoLeaseReadBeforeThisTermsPromote(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	put(t, nd, "k")
+	_, _, err := nd.GetReplicaList(ctx(t), "k")
+	require.NoError(t, err)
+	_, held := nd.leadership.lease()
+	require.True(t, held)
+
+	term := nd.promotedTerm.Load()
+	nd.promotedTerm.Store(term - 1) // as if promoted in an earlier term only
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, _, err = nd.GetReplicaList(short, "k")
+	assert.Equal(t, errcode.UnavailableInCurrentStatus, errcode.Of(err), "%v", err)
+	nd.promotedTerm.Store(term)
+	_, _, err = nd.GetReplicaList(ctx(t), "k")
+	assert.NoError(t, err)
+}
