@@ -29,10 +29,11 @@ func repoRoot() string {
 	return filepath.Dir(filepath.Dir(filepath.Dir(self)))
 }
 
-// buildMoonraft builds bin/moonraft (./cmd/node) into dir.
-func buildMoonraft(dir string) (string, error) {
+// buildMoonraft builds bin/moonraft (./cmd/node) into dir, with the build
+// tags given (failpoints: the fault tests' failpoints, node/failpoint_on.go).
+func buildMoonraft(dir string, tags ...string) (string, error) {
 	out := filepath.Join(dir, "moonraft")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/node")
+	cmd := exec.Command("go", "build", "-tags", strings.Join(tags, ","), "-o", out, "./cmd/node")
 	cmd.Dir = repoRoot()
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/node: %v\n%s", err, b)

@@ -21,10 +21,16 @@ const (
 	Latency         = "latency"           // 100–500 ms on every Raft link (300 ± 200 ms)
 	EtcdCut         = "etcd-cut"          // every node cut off from etcd for 10 s
 	Bandwidth       = "bandwidth"         // every Raft link limited to a few KB/s
+	// The leader cut off from one follower (which campaigns), the other
+	// follower SIGKILLed and restarted at once: the restart-vote hazard. A
+	// restarted node has forgotten the leader it acknowledged; were it to
+	// vote at once, the campaigner could win while the leader still serves
+	// reads under a lease that node helped confirm.
+	RestartFollower = "restart-follower"
 )
 
 // AllNemeses is every nemesis, in a fixed order.
-var AllNemeses = []string{KillLeader, KillRandom, PauseLeader, RestartLeader, PartitionLeader, PartitionOneWay, Latency, EtcdCut, Bandwidth}
+var AllNemeses = []string{KillLeader, KillRandom, PauseLeader, RestartLeader, PartitionLeader, PartitionOneWay, Latency, EtcdCut, Bandwidth, RestartFollower}
 
 // event is one fault of the schedule.
 type event struct {
@@ -158,18 +164,7 @@ func applyFault(ctx context.Context, c *cluster, e event) (string, error) {
 		return fmt.Sprintf("SIGTERM %s (exited after %v)", who, time.Since(t0).Round(time.Millisecond)), nil
 	case PartitionLeader:
 		i, who := target(ctx, c, e)
-		for j := 0; j < n; j++ {
-			if j == i {
-				continue
-			}
-			if err := c.raftLinks[[2]int{i, j}].cut(); err != nil {
-				return who, err
-			}
-			if err := c.raftLinks[[2]int{j, i}].cut(); err != nil {
-				return who, err
-			}
-		}
-		return "isolated " + who, nil
+		return "isolated " + who, c.isolate(i)
 	case PartitionOneWay:
 		// Half the time the leader, else the drawn node; half the time it
 		// cannot send (its own connections to peers drop everything), else
@@ -195,6 +190,21 @@ func applyFault(ctx context.Context, c *cluster, e event) (string, error) {
 			return who + " cannot send to its peers", nil
 		}
 		return who + " cannot be reached by its peers", nil
+	case RestartFollower:
+		i, who := target(ctx, c, e)
+		cutOff := (i + 1 + e.Param%2) % n
+		for _, key := range [][2]int{{i, cutOff}, {cutOff, i}} {
+			if err := c.raftLinks[key].cut(); err != nil {
+				return who, err
+			}
+		}
+		restarted := (cutOff + 1) % n
+		if restarted == i {
+			restarted = (restarted + 1) % n
+		}
+		c.nodes[restarted].Kill()
+		err := c.nodes[restarted].Start()
+		return fmt.Sprintf("%s cut off from %s; %s SIGKILLed and restarted", who, c.nodes[cutOff].id, c.nodes[restarted].id), err
 	case Latency:
 		for _, l := range c.raftLinksList() {
 			if err := l.addToxic("latency", "latency", "upstream", `{"latency":300,"jitter":200}`); err != nil {
@@ -221,6 +231,21 @@ func applyFault(ctx context.Context, c *cluster, e event) (string, error) {
 		return fmt.Sprintf("%d KB/s each way on every Raft link", rate), nil
 	}
 	return "", fmt.Errorf("unknown nemesis %q", e.Kind)
+}
+
+// isolate cuts every Raft link to and from node i, both ways.
+func (c *cluster) isolate(i int) error {
+	for j := range c.nodes {
+		if j == i {
+			continue
+		}
+		for _, k := range [][2]int{{i, j}, {j, i}} {
+			if err := c.raftLinks[k].cut(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (c *cluster) raftLinksList() []*link {
