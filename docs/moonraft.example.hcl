@@ -77,6 +77,12 @@ eviction-ratio = 0.05
 # ---- Raft ------------------------------------------------------------------
 heartbeat-timeout  = "500ms"          # raise both on a WAN or a busy host
 election-timeout   = "500ms"
+# Reads: "lease" answers from the leader's memory under a read lease a quorum
+# confirmed (at most 90% of heartbeat-timeout; 0 takes that); "quorum" waits
+# for a quorum round per read. Every node must run the same heartbeat-timeout.
+# See docs/OPERATIONS.md, "Read modes".
+read-mode          = "lease"
+read-lease         = "0s"
 snapshot-interval  = "30s"
 snapshot-threshold = 16384
 
