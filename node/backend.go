@@ -82,8 +82,6 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr string) error {
 	if id == "" || raftAddr == "" {
 		return errcode.New(errcode.InvalidParams, "add voter needs an id and a raft address")
 	}
-	// A new quorum: leases confirmed by the old one prove nothing about it.
-	defer n.leadership.suspend()()
 	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, timeoutOf(ctx)).Error(); err != nil {
 		return n.raftErr(err, true)
 	}
@@ -98,7 +96,6 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	if n.serverAddr(id) == "" {
 		return errcode.New(errcode.InvalidParams, "no member %q", id)
 	}
-	defer n.leadership.suspend()()
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeoutOf(ctx)).Error(); err != nil {
 		return n.raftErr(err, true)
 	}

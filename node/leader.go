@@ -95,9 +95,6 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		case <-t.C:
 		case <-n.batcher.Urgent():
 		}
-		if ctx.Err() != nil { // select picks at random among ready cases
-			return
-		}
 		if _, err := n.tick(ctx, false); err != nil {
 			n.log.Warn("tick failed", "error", err)
 		}

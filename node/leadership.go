@@ -45,8 +45,10 @@ func maxReadLease(hb time.Duration) time.Duration {
 // read also checks that this node is still the leader. What would break the
 // reasoning is handled where it happens: a restarted follower has forgotten
 // its leader (New waits dur before starting Raft), a leadership transfer
-// makes followers vote at once, a snapshot restore swaps the state and a
-// membership change swaps the quorum (suspend around each).
+// makes followers vote at once and a snapshot restore swaps the state
+// (suspend around each). A membership change needs nothing: hashicorp/raft
+// changes one server at a time, and every majority of the new configuration
+// holds a member of the old majority that confirmed the lease.
 type leadership struct {
 	verify func() error     // one quorum round (raft VerifyLeader)
 	term   func() uint64    // Raft's current term
@@ -133,28 +135,26 @@ func (l *leadership) lease() (leaseToken, bool) {
 
 // holds reports whether the lease a read started under (tok) still holds:
 // called after the read, so a pause between lease and the read cannot
-// serve a state that a new leader may have changed meanwhile.
+// serve a state that a new leader may have changed meanwhile. While it
+// holds with less than half left and no round runs, it starts one in the
+// background (any round renews the lease), so steady reads never wait for
+// one; only reads call it, so an idle leader lets its lease lapse and pays
+// one round at the next read.
 func (l *leadership) holds(tok leaseToken) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return leaseToken(l.epoch) == tok && l.validLocked()
+	if leaseToken(l.epoch) != tok || !l.validLocked() {
+		return false
+	}
+	if !l.running && l.until.Sub(l.now()) < l.dur/2 {
+		l.renew = true
+		l.startLocked()
+	}
+	return true
 }
 
 func (l *leadership) validLocked() bool {
 	return l.dur > 0 && l.suspended == 0 && l.now().Before(l.until) && l.leaseTerm == l.term()
-}
-
-// renewIfDue starts a round in the background when less than half the
-// lease is left and no round runs (any round renews it), so that steady
-// reads never wait for one. Only reads call it: an idle leader lets its
-// lease lapse and pays one round at the next read.
-func (l *leadership) renewIfDue() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.dur > 0 && !l.running && l.suspended == 0 && l.until.Sub(l.now()) < l.dur/2 {
-		l.renew = true
-		l.startLocked()
-	}
 }
 
 // drop ends the lease now; a round already running cannot re-establish it.

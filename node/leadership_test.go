@@ -143,9 +143,9 @@ func TestFailedRoundGivesNoLease(t *testing.T) {
 func TestQuorumModeHoldsNoLease(t *testing.T) {
 	l, q := newTestLeadership(0)
 	require.NoError(t, l.confirm(context.Background()))
-	_, ok := l.lease()
+	tok, ok := l.lease()
 	assert.False(t, ok, "quorum mode: every read waits for a round")
-	l.renewIfDue()
+	assert.False(t, l.holds(tok))
 	assert.Equal(t, int64(1), q.rounds.Load(), "no background rounds in quorum mode")
 }
 
@@ -210,17 +210,21 @@ func TestRenewedOnlyWhileReadsArrive(t *testing.T) {
 	require.NoError(t, l.confirm(context.Background()))
 	require.Equal(t, int64(1), q.rounds.Load())
 
+	// A read: its lease check after the read is what renews.
+	read := func() {
+		tok, ok := l.lease()
+		require.True(t, ok, "reads go on under the lease while a round runs")
+		require.True(t, l.holds(tok))
+	}
 	q.clock.advance(400 * time.Millisecond)
-	l.renewIfDue()
+	read()
 	time.Sleep(20 * time.Millisecond)
 	assert.Equal(t, int64(1), q.rounds.Load(), "more than half the lease is left: no round")
 
 	q.clock.advance(200 * time.Millisecond)
 	q.gate = make(chan struct{})
 	for range 10 {
-		l.renewIfDue() // many reads, one background round
-		_, ok := l.lease()
-		require.True(t, ok, "reads go on under the old lease while the round runs")
+		read() // many reads, one background round
 	}
 	require.Eventually(t, func() bool { return q.rounds.Load() == 2 }, 5*time.Second, time.Millisecond)
 	close(q.gate)

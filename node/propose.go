@@ -126,7 +126,6 @@ func (n *Node) linearizable(ctx context.Context, read func() error) error {
 		// stepped down meanwhile (a pause, a slow gate), another leader may
 		// have changed what was read.
 		if n.leadership.holds(tok) && n.IsLeader() {
-			n.leadership.renewIfDue()
 			n.metrics.leaseReads.Inc()
 			return nil
 		}

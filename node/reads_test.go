@@ -192,6 +192,29 @@ func TestTransferDropsTheLeaseFirst(t *testing.T) {
 	assert.Zero(t, heldAtVote.Load(), "the old leader still held its lease when followers were asked to vote")
 }
 
+// TestFailedTransferKeepsTheLeaseAway: a transfer that fails may still
+// have started the target's election (TimeoutNow), whose vote requests
+// followers grant although they know a leader: the old leader takes no
+// lease for a while after the failure, and does again later.
+func TestFailedTransferKeepsTheLeaseAway(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	nd := c.nodes[l]
+	mountSegments(t, nd)
+	put(t, nd, "k")
+	target := (l + 1) % 3
+	c.stop(target)
+	stop := hammerReads(t, nd, "k")
+	defer stop()
+	require.Eventually(t, func() bool { _, ok := nd.leadership.lease(); return ok }, 5*time.Second, time.Millisecond)
+	require.Error(t, nd.TransferLeadership(ctx(t), c.cfgs[target].ID), "the target is down")
+	for deadline := time.Now().Add(nd.cfg.ElectionTimeout); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		_, held := nd.leadership.lease()
+		require.False(t, held, "a lease right after a failed transfer")
+	}
+	require.Eventually(t, func() bool { _, ok := nd.leadership.lease(); return ok }, 10*time.Second, 5*time.Millisecond, "the lease comes back")
+}
+
 // TestRestoreDropsTheLeaseFirst: a snapshot restore replaces the state
 // under the reads; the lease is gone before the state machine starts to.
 func TestRestoreDropsTheLeaseFirst(t *testing.T) {
