@@ -45,6 +45,7 @@ const (
 	FileOpenFail               Code = -1101
 	FileReadFail               Code = -1102
 	FileWriteFail              Code = -1103
+	FileLockFail               Code = -1105
 
 	// NotLeader is moonraft's: the node is a follower; the answer names the
 	// leader's address.
@@ -91,6 +92,7 @@ var names = map[Code]string{
 	FileOpenFail:               "FILE_OPEN_FAIL",
 	FileReadFail:               "FILE_READ_FAIL",
 	FileWriteFail:              "FILE_WRITE_FAIL",
+	FileLockFail:               "FILE_LOCK_FAIL",
 	NotLeader:                  "NOT_LEADER",
 	OutcomeUnknown:             "OUTCOME_UNKNOWN",
 	PermissionDenied:           "PERMISSION_DENIED",

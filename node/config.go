@@ -97,6 +97,11 @@ type Config struct {
 	// such a lease allows are caught.
 	UnsafeReadLease bool
 
+	// RaftLogStore is the Raft log store of a new data dir ("": the
+	// default); an existing one keeps its own, and a different explicit
+	// choice is refused.
+	RaftLogStore LogStore
+
 	SnapshotInterval  time.Duration
 	SnapshotThreshold uint64
 	SnapshotRetain    int

@@ -10,15 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/oplog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	bolt "go.etcd.io/bbolt"
 )
 
 var (
@@ -58,11 +57,13 @@ func withEtcd(e etcdbridge.Config) func(*Config) {
 	return func(c *Config) { c.Etcd = e }
 }
 
-// replayEntries reads a stopped node's Raft log from its BoltDB and applies
+// replayEntries reads a stopped node's Raft log from its store and applies
 // it to a fresh state machine, collecting every OpLog entry it produces:
 // what the FSM exported, to compare byte for byte with etcd.
 func replayEntries(t *testing.T, dataDir string) []oplog.Entry {
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dataDir, raftDB), BoltOptions: &bolt.Options{ReadOnly: true}})
+	ls, err := DetectLogStore(dataDir)
+	require.NoError(t, err)
+	store, err := openLogStore(dataDir, ls, hclog.NewNullLogger())
 	require.NoError(t, err)
 	defer store.Close()
 	first, err := store.FirstIndex()

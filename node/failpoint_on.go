@@ -40,6 +40,8 @@ func (l *stallingLog) StoreLogs(logs []*raft.Log) error {
 	return l.LogStore.StoreLogs(logs)
 }
 
+func (l *stallingLog) IsMonotonic() bool { return isMonotonic(l.LogStore) }
+
 func (l *stallingLog) wait() {
 	for {
 		if _, err := os.Stat(l.stall); err != nil {

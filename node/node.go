@@ -1,5 +1,5 @@
-// Package node wires one moonraft server: hashicorp/raft with raft-boltdb
-// (log and stable store behind a LogCache), a FileSnapshotStore and a TCP
+// Package node wires one moonraft server: hashicorp/raft with raft-wal or
+// raft-boltdb (log and stable store behind a LogCache), a FileSnapshotStore and a TCP
 // transport; the state machine; the leader loop that promotes a new leader
 // and proposes Ticks; and the propose/read paths the API serves.
 package node
@@ -18,7 +18,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
@@ -34,7 +33,7 @@ type Node struct {
 	now   func() int64
 	raft  *raft.Raft
 	trans *raft.NetworkTransport
-	store *raftboltdb.BoltStore
+	store raftStore
 	sm    *stateMachine
 
 	batcher    *lease.Batcher
@@ -165,7 +164,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			// A new node fails fast on a wrong etcd address. A restart must
 			// not depend on etcd: the cluster's state is in Raft, and the
 			// exporter catches up once etcd answers.
-			if _, serr := os.Stat(filepath.Join(cfg.DataDir, raftDB)); serr != nil {
+			if ls, _ := DetectLogStore(cfg.DataDir); ls == "" {
 				_ = store.Close()
 				return nil, err
 			}
@@ -191,11 +190,16 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 
 func (n *Node) startRaft(ctx context.Context) error {
 	cfg := n.cfg
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, raftDB)})
+	ls, err := chooseLogStore(cfg.DataDir, cfg.RaftLogStore)
 	if err != nil {
-		return errcode.New(errcode.FileOpenFail, "raft log %s: %v", filepath.Join(cfg.DataDir, raftDB), err)
+		return err
+	}
+	store, err := openLogStore(cfg.DataDir, ls, n.log.Named("wal"))
+	if err != nil {
+		return err
 	}
 	n.store = store
+	n.log.Info("raft log store", "store", ls)
 	logs, err := raft.NewLogCache(512, withFailpoints(store, cfg.DataDir))
 	if err != nil {
 		return err

@@ -280,6 +280,37 @@ func TestRestartWithDataDir(t *testing.T) {
 	assert.Equal(t, 3, int(c.nodes[f].Status().Objects))
 }
 
+// TestLogStoreKeptAndMigrated: a cluster on BoltDB logs; a follower
+// restarted with the other store named is refused, migrated offline it
+// rejoins on the WAL and catches up, a cluster of mixed stores.
+func TestLogStoreKeptAndMigrated(t *testing.T) {
+	c := newCluster(t, 3, time.Hour, func(cfg *Config) { cfg.RaftLogStore = LogStoreBoltDB })
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	put(t, c.nodes[l], "a")
+	f := (l + 1) % 3
+	c.stop(f)
+	put(t, c.nodes[l], "b")
+
+	c.cfgs[f].RaftLogStore = LogStoreWAL
+	_, err := Start(context.Background(), c.cfgs[f])
+	require.Error(t, err)
+	assert.Equal(t, errcode.InvalidParams, errcode.Of(err))
+	assert.Contains(t, err.Error(), "holds a boltdb Raft log, not wal")
+
+	n, err := MigrateLogStore(ctx(t), c.cfgs[f].DataDir, LogStoreWAL)
+	require.NoError(t, err)
+	assert.Positive(t, n)
+	c.cfgs[f].RaftLogStore = "" // whatever the data dir holds
+	c.start(f)
+	put(t, c.nodes[l], "c")
+	c.converged()
+	assert.Equal(t, 3, int(c.nodes[f].Status().Objects))
+	ls, err := DetectLogStore(c.cfgs[f].DataDir)
+	require.NoError(t, err)
+	assert.Equal(t, LogStoreWAL, ls)
+}
+
 func TestLeaderLossKeepsAcknowledgedWrites(t *testing.T) {
 	c := newCluster(t, 3, 50*time.Millisecond)
 	l := c.leader()

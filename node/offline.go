@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
@@ -27,6 +27,8 @@ type OfflineRestore struct {
 	ID        string
 	Peers     []Peer // the new cluster's members, identical on every node
 	ClusterID string
+	// LogStore is the Raft log store to create ("": the default).
+	LogStore LogStore
 	// Force restores a snapshot of another cluster id, and over a data dir
 	// that already holds Raft state (which is then deleted).
 	Force bool
@@ -95,7 +97,7 @@ func (o *OfflineRestore) Run(ctx context.Context) (RestoreReport, error) {
 // checkDataDir refuses a directory holding Raft state, unless forced.
 func (o *OfflineRestore) checkDataDir() error {
 	var found []string
-	for _, name := range []string{raftDB, snapshotsDir} {
+	for _, name := range []string{raftDB, walDir, snapshotsDir} {
 		if _, err := os.Stat(filepath.Join(o.DataDir, name)); err == nil {
 			found = append(found, name)
 		}
@@ -207,9 +209,13 @@ func (o *OfflineRestore) writeRaftState(f *fsm.FSM, index, term uint64) error {
 	if err := sink.Close(); err != nil {
 		return errcode.New(errcode.FileWriteFail, "snapshot store: %v", err)
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(tmp, raftDB)})
+	ls := o.LogStore
+	if ls == "" {
+		ls = DefaultLogStore
+	}
+	store, err := openLogStore(tmp, ls, hclog.NewNullLogger())
 	if err != nil {
-		return errcode.New(errcode.FileWriteFail, "raft log: %v", err)
+		return err
 	}
 	// Votes and new entries must not go below the snapshot's term.
 	err = store.SetUint64([]byte("CurrentTerm"), term)
@@ -223,9 +229,12 @@ func (o *OfflineRestore) writeRaftState(f *fsm.FSM, index, term uint64) error {
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return errcode.New(errcode.FileWriteFail, "data dir: %v", err)
 	}
-	for _, name := range []string{raftDB, snapshotsDir} {
+	for _, name := range []string{raftDB, walDir, snapshotsDir} {
 		if err := os.RemoveAll(filepath.Join(o.DataDir, name)); err != nil {
 			return errcode.New(errcode.FileWriteFail, "remove old %s: %v", name, err)
+		}
+		if _, err := os.Stat(filepath.Join(tmp, name)); errors.Is(err, os.ErrNotExist) {
+			continue // the other log store
 		}
 		if err := os.Rename(filepath.Join(tmp, name), filepath.Join(o.DataDir, name)); err != nil {
 			return errcode.New(errcode.FileWriteFail, "move %s into place: %v", name, err)

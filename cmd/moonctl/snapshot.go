@@ -181,6 +181,7 @@ func (c *cli) snapshotRestore(ctx context.Context, args []string) error {
 		offline   bool
 		peers     string
 		endpoints string
+		logStore  string
 	)
 	pos, err := flags("snapshot restore", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&offline, "offline", false, "seed a fresh data directory for a lost cluster instead of restoring a live one")
@@ -188,6 +189,7 @@ func (c *cli) snapshotRestore(ctx context.Context, args []string) error {
 		fs.StringVar(&o.ID, "id", "", "with --offline: this node's id")
 		fs.StringVar(&peers, "peers", "", "with --offline: the new cluster's members id=raftaddr,...")
 		fs.StringVar(&o.ClusterID, "cluster-id", "mooncake_cluster", "with --offline: the cluster the snapshot must belong to")
+		fs.StringVar(&logStore, "raft-log-store", "", "with --offline: the Raft log store to create, wal or boltdb (empty: moonraft's default)")
 		fs.BoolVar(&o.Force, "force", false, "with --offline: restore over existing Raft state, or a snapshot of another cluster id")
 		fs.BoolVar(&o.ReplayEtcd, "replay-etcd", false, "with --offline: also apply the OpLog entries etcd holds after the snapshot")
 		fs.StringVar(&endpoints, "etcd-endpoints", "http://127.0.0.1:2379", "with --replay-etcd: etcd client URLs")
@@ -219,6 +221,9 @@ func (c *cli) snapshotRestore(ctx context.Context, args []string) error {
 		return c.print(map[string]string{"result": "restored"}, "restored: every node now holds the snapshot's state\n")
 	}
 	if o.Peers, err = node.ParsePeers(peers); err != nil {
+		return err
+	}
+	if o.LogStore, err = node.ParseLogStore(logStore); err != nil {
 		return err
 	}
 	o.Etcd.Endpoints = listflag.Split(endpoints)

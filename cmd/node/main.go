@@ -88,6 +88,7 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	readMode := fs.String("read-mode", string(cfg.ReadMode), "how the leader makes reads linearizable: lease (no round trip while a quorum-confirmed read lease holds) or quorum (a round per read); docs/OPERATIONS.md")
 	fs.DurationVar(&cfg.ReadLease, "read-lease", 0, "read lease length (0: 90% of --heartbeat-timeout, the longest safe one); a node also waits this long before starting Raft")
 	fs.BoolVar(&cfg.UnsafeReadLease, "unsafe-read-lease", false, "allow --read-lease beyond the safe bound: stale reads become possible (testing only)")
+	logStore := fs.String("raft-log-store", "", "Raft log store of a new data dir: wal (one fsync per append; the default) or boltdb; an existing data dir keeps its own (docs/OPERATIONS.md)")
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often Raft checks whether to snapshot")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
@@ -118,7 +119,7 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 		return o.finish(finishArgs{peers: *peers, raftDial: *raftDial, leaseTTL: *leaseTTL, softPinTTL: *softPinTTL,
 			clientTTL: *clientTTL, highWatermark: *highWatermark, evictionRatio: *evictionRatio, logLevel: *logLevel, etcdEndpoints: *etcdEndpoints,
 			etcdCert: *etcdCert, etcdKey: *etcdKey, etcdCA: *etcdCA, tokenFile: *tokenFile, dev: *dev, followEtcd: *followEtcd, followSnapshot: *followSnapshot,
-			readMode: *readMode})
+			readMode: *readMode, logStore: *logStore})
 	}
 }
 
@@ -132,13 +133,18 @@ type finishArgs struct {
 	tokenFile                       string
 	dev, followEtcd                 bool
 	followSnapshot                  string
-	readMode                        string
+	readMode, logStore              string
 }
 
 func (o *options) finish(a finishArgs) error {
 	cfg := &o.cfg
 	o.dev, o.followEtcd, o.followSnapshot = a.dev, a.followEtcd, a.followSnapshot
 	cfg.ReadMode = node.ReadMode(a.readMode)
+	ls, err := node.ParseLogStore(a.logStore)
+	if err != nil {
+		return err
+	}
+	cfg.RaftLogStore = ls
 	cfg.Etcd.Endpoints = listflag.Split(a.etcdEndpoints)
 	cfg.Etcd.ClusterID = cfg.ClusterID
 	// The node's TLS files default the etcd client's when etcd is reached
@@ -191,8 +197,13 @@ func anyHTTPS(endpoints []string) bool {
 }
 
 func run(args []string) error {
-	if len(args) > 0 && args[0] == "etcd" {
-		return runEtcd(args[1:])
+	if len(args) > 0 {
+		switch args[0] {
+		case "etcd":
+			return runEtcd(args[1:])
+		case "migrate-log-store":
+			return runMigrateLogStore(args[1:])
+		}
 	}
 	o, err := parseArgs(args)
 	if err != nil {

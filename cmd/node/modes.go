@@ -117,3 +117,29 @@ func follow(ctx context.Context, cfg node.Config, snapshot string) error {
 	}
 	return f.Err()
 }
+
+// runMigrateLogStore is `moonraft migrate-log-store --data-dir D --to
+// wal|boltdb`: it moves a stopped node's Raft log to the other store.
+func runMigrateLogStore(args []string) error {
+	fs := flag.NewFlagSet("moonraft migrate-log-store", flag.ContinueOnError)
+	dir := fs.String("data-dir", "", "data directory of a stopped node (required)")
+	to := fs.String("to", "", "the store to move to: wal or boltdb (required)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ls, err := node.ParseLogStore(*to)
+	switch {
+	case err != nil:
+		return err
+	case *dir == "" || ls == "":
+		return errcode.New(errcode.InvalidParams, "migrate-log-store needs --data-dir and --to (wal or boltdb)")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	n, err := node.MigrateLogStore(ctx, *dir, ls)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("moved %d Raft log entries and the node's term and vote in %s to %s\n", n, *dir, ls)
+	return nil
+}

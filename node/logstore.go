@@ -1,0 +1,282 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/migrate"
+	"github.com/moonraft/moonraft/errcode"
+	"go.etcd.io/bbolt"
+)
+
+// LogStore names where Raft keeps its log and its stable state (term,
+// vote) in the data dir.
+type LogStore string
+
+const (
+	// LogStoreWAL is hashicorp/raft-wal: segment files in raft-wal/, one
+	// fsync per append. The default for new data dirs (docs/BENCHMARKS.md).
+	LogStoreWAL LogStore = "wal"
+	// LogStoreBoltDB is hashicorp/raft-boltdb/v2 in raft.db: a bbolt
+	// commit per append, two fdatasyncs (pages, then meta page).
+	LogStoreBoltDB LogStore = "boltdb"
+
+	// DefaultLogStore is what a new data dir gets when none is asked for.
+	DefaultLogStore = LogStoreWAL
+
+	walDir      = "raft-wal"
+	dataDirLock = "LOCK"
+)
+
+// raftStore is one Raft log and stable store.
+type raftStore interface {
+	raft.LogStore
+	raft.StableStore
+	io.Closer
+}
+
+// ParseLogStore checks a --raft-log-store value; "" means "the one the data
+// dir holds, or the default for a new one".
+func ParseLogStore(s string) (LogStore, error) {
+	switch ls := LogStore(s); ls {
+	case "", LogStoreWAL, LogStoreBoltDB:
+		return ls, nil
+	}
+	return "", errcode.New(errcode.InvalidParams, "--raft-log-store %q: want wal or boltdb", s)
+}
+
+// DetectLogStore says which log store dataDir holds ("" for none).
+func DetectLogStore(dataDir string) (LogStore, error) {
+	var found []LogStore
+	for ls, name := range map[LogStore]string{LogStoreBoltDB: raftDB, LogStoreWAL: walDir} {
+		if _, err := os.Stat(filepath.Join(dataDir, name)); err == nil {
+			found = append(found, ls)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return "", errcode.New(errcode.FileReadFail, "data dir %s: %v", dataDir, err)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", nil
+	case 1:
+		return found[0], nil
+	}
+	return "", errcode.New(errcode.InvalidParams,
+		"data dir %s holds both a boltdb Raft log (%s) and a wal one (%s/): a migration was interrupted? Keep the one `moonraft migrate-log-store` reported, remove the other",
+		dataDir, raftDB, walDir)
+}
+
+// chooseLogStore picks the store for dataDir: the one it holds (a
+// mismatching explicit choice is refused: a node keeps the store it was
+// created with), else the one asked for, else the default.
+func chooseLogStore(dataDir string, want LogStore) (LogStore, error) {
+	have, err := DetectLogStore(dataDir)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case have == "" && want == "":
+		return DefaultLogStore, nil
+	case have == "":
+		return want, nil
+	case want != "" && want != have:
+		return "", errcode.New(errcode.InvalidParams,
+			"data dir %s holds a %s Raft log, not %s: drop --raft-log-store, or move the node with `moonraft migrate-log-store --data-dir %s --to %s` while it is stopped (docs/OPERATIONS.md)",
+			dataDir, have, want, dataDir, want)
+	}
+	return have, nil
+}
+
+// openLogStore opens (or creates) the store ls in dataDir, holding the
+// data dir's lock while it is open. Both stores keep fsync on: an entry is
+// acknowledged only once it is on disk.
+func openLogStore(dataDir string, ls LogStore, logger hclog.Logger) (raftStore, error) {
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := openUnlocked(dataDir, ls, logger)
+	if err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	return &lockedStore{raftStore: s, lock: lock}, nil
+}
+
+// lockDataDir takes an exclusive lock on dataDir/LOCK: both stores would
+// otherwise wait forever on a data dir another process has open.
+func lockDataDir(dataDir string) (*os.File, error) {
+	path := filepath.Join(dataDir, dataDirLock)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, errcode.New(errcode.FileOpenFail, "lock %s: %v", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, errcode.New(errcode.FileLockFail, "data dir %s is in use by another process (a running moonraft?): %v", dataDir, err)
+	}
+	return f, nil
+}
+
+type lockedStore struct {
+	raftStore
+	lock *os.File
+}
+
+// IsMonotonic passes raft-wal's answer through (raft.MonotonicLogStore): a
+// store that refuses gaps needs Raft to clear it after a snapshot install.
+func (s *lockedStore) IsMonotonic() bool { return isMonotonic(s.raftStore) }
+
+func isMonotonic(s raft.LogStore) bool {
+	m, ok := s.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
+
+func (s *lockedStore) Close() error {
+	err := s.raftStore.Close()
+	if lerr := s.lock.Close(); err == nil {
+		err = lerr
+	}
+	return err
+}
+
+// walStore closes the WAL's meta database too: WAL.Close (v0.4.0) leaves
+// it open, and a restart in the same process would wait on its lock.
+type walStore struct {
+	*wal.WAL
+	meta *metadb.BoltMetaDB
+}
+
+func (s *walStore) Close() error {
+	err := s.WAL.Close()
+	if merr := s.meta.Close(); err == nil {
+		err = merr
+	}
+	return err
+}
+
+func openUnlocked(dataDir string, ls LogStore, logger hclog.Logger) (raftStore, error) {
+	switch ls {
+	case LogStoreWAL:
+		dir := filepath.Join(dataDir, walDir)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, errcode.New(errcode.FileWriteFail, "raft log %s: %v", dir, err)
+		}
+		meta := &metadb.BoltMetaDB{}
+		w, err := wal.Open(dir, wal.WithLogger(logger), wal.WithMetaStore(meta))
+		if err != nil {
+			_ = meta.Close()
+			return nil, errcode.New(errcode.FileOpenFail, "raft log %s: %v", dir, err)
+		}
+		return &walStore{WAL: w, meta: meta}, nil
+	case LogStoreBoltDB:
+		path := filepath.Join(dataDir, raftDB)
+		// The freelist is rebuilt at open instead of written with every
+		// commit: fewer pages per append, same durability (bbolt's docs).
+		s, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}})
+		if err != nil {
+			return nil, errcode.New(errcode.FileOpenFail, "raft log %s: %v", path, err)
+		}
+		return s, nil
+	}
+	return nil, errcode.New(errcode.InvalidParams, "unknown raft log store %q", ls)
+}
+
+// MigrateLogStore moves the Raft log and stable state of a stopped node's
+// data dir into the store `to`, then removes the old store. The new store
+// is built beside the old one and renamed into place, so an interruption
+// leaves the old store usable (and at worst a half-built directory to
+// remove, which DetectLogStore reports). It returns the entries copied.
+func MigrateLogStore(ctx context.Context, dataDir string, to LogStore) (uint64, error) {
+	from, err := DetectLogStore(dataDir)
+	switch {
+	case err != nil:
+		return 0, err
+	case from == "":
+		return 0, errcode.New(errcode.InvalidParams, "data dir %s holds no Raft log", dataDir)
+	case from == to:
+		return 0, errcode.New(errcode.InvalidParams, "data dir %s already holds a %s Raft log", dataDir, to)
+	}
+	src, err := openLogStore(dataDir, from, hclog.NewNullLogger())
+	if err != nil {
+		return 0, err
+	}
+	defer src.Close()
+	tmp, err := os.MkdirTemp(dataDir, ".migrate-")
+	if err != nil {
+		return 0, errcode.New(errcode.FileWriteFail, "migrate: %v", err)
+	}
+	defer os.RemoveAll(tmp)
+	dst, err := openLogStore(tmp, to, hclog.NewNullLogger())
+	if err != nil {
+		return 0, err
+	}
+	n, err := copyRaftState(ctx, dst, src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, errcode.New(errcode.FileWriteFail, "migrate %s to %s: %v", from, to, err)
+	}
+	name := map[LogStore]string{LogStoreBoltDB: raftDB, LogStoreWAL: walDir}
+	if err := os.Rename(filepath.Join(tmp, name[to]), filepath.Join(dataDir, name[to])); err != nil {
+		return 0, errcode.New(errcode.FileWriteFail, "migrate: move the new store into place: %v", err)
+	}
+	if err := os.RemoveAll(filepath.Join(dataDir, name[from])); err != nil {
+		return 0, errcode.New(errcode.FileWriteFail, "migrate: the %s store is in place; remove the old %s by hand: %v", to, name[from], err)
+	}
+	return n, nil
+}
+
+// copyRaftState copies every log entry and the keys hashicorp/raft keeps
+// in its stable store. (raft-wal's migrate.CopyStable fails on a key that
+// was never written, such as the vote of a node that never voted.)
+func copyRaftState(ctx context.Context, dst, src raftStore) (uint64, error) {
+	if err := migrate.CopyLogs(ctx, dst, src, 1<<20, nil); err != nil {
+		return 0, err
+	}
+	for _, k := range []string{"CurrentTerm", "LastVoteTerm"} {
+		v, err := src.GetUint64([]byte(k))
+		if err != nil && !notFound(err) {
+			return 0, fmt.Errorf("read %s: %w", k, err)
+		}
+		if err == nil {
+			if err := dst.SetUint64([]byte(k), v); err != nil {
+				return 0, err
+			}
+		}
+	}
+	v, err := src.Get([]byte("LastVoteCand"))
+	if err != nil && !notFound(err) {
+		return 0, fmt.Errorf("read LastVoteCand: %w", err)
+	}
+	if err == nil && v != nil {
+		if err := dst.Set([]byte("LastVoteCand"), v); err != nil {
+			return 0, err
+		}
+	}
+	first, err := src.FirstIndex()
+	if err != nil {
+		return 0, err
+	}
+	last, err := src.LastIndex()
+	if err != nil || last == 0 {
+		return 0, err
+	}
+	return last - first + 1, nil
+}
+
+// notFound: raft-boltdb answers a missing stable key with an error whose
+// text is "not found", as hashicorp/raft itself tests for (raft-wal answers
+// nil).
+func notFound(err error) bool { return err != nil && err.Error() == "not found" }
