@@ -117,7 +117,7 @@ func TestBadDataInEtcd(t *testing.T) {
 	_, err := s.Latest(ctx)
 	requireNamed(err, s.LatestKey())
 	requireNamed(s.UpdateLatestSequenceId(ctx, 5), s.LatestKey())
-	requireNamed(s.WriteOpLogBatch(ctx, 0, entries(1, 1, "b")), s.LatestKey())
+	requireNamed(s.WriteOpLogBatch(ctx, 0, entries(1, 1, "b"), nil), s.LatestKey())
 	put(s.LatestKey(), "99999999999999999999999")
 	_, err = s.Latest(ctx)
 	requireNamed(err, s.LatestKey())
@@ -125,7 +125,7 @@ func TestBadDataInEtcd(t *testing.T) {
 	n, err := s.Latest(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), n)
-	requireNamed(s.WriteOpLogBatch(ctx, 7, entries(8, 1, "b")), s.LatestKey())
+	requireNamed(s.WriteOpLogBatch(ctx, 7, entries(8, 1, "b"), nil), s.LatestKey())
 
 	bad := s.oplogDir + "12"
 	put(bad, "{}")
@@ -155,7 +155,7 @@ func TestContextRespected(t *testing.T) {
 	_, err := s.Latest(ctx)
 	requireCode(t, err, errcode.EtcdOperationError)
 	require.ErrorIs(t, err, context.Canceled)
-	requireCode(t, s.WriteOpLogBatch(ctx, 0, entries(1, 1, "c")), errcode.EtcdOperationError)
+	requireCode(t, s.WriteOpLogBatch(ctx, 0, entries(1, 1, "c"), nil), errcode.EtcdOperationError)
 	requireCode(t, s.PublishMasterView(ctx, MasterView{LeaderID: "a", Term: 1}), errcode.EtcdOperationError)
 	requireCode(t, s.PutRenewals(ctx, []oplog.Renewal{{Key: "a"}}), errcode.EtcdOperationError)
 }

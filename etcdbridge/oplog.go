@@ -16,23 +16,26 @@ func (s *Store) WriteOpLog(ctx context.Context, e oplog.Entry) error {
 	if e.SequenceID == 0 {
 		return errcode.New(errcode.InvalidParams, "oplog: sequence_id 0 cannot be written")
 	}
-	return s.WriteOpLogBatch(ctx, e.SequenceID-1, []oplog.Entry{e})
+	return s.WriteOpLogBatch(ctx, e.SequenceID-1, []oplog.Entry{e}, nil)
 }
 
-// FitBatch returns how many leading entries of es one WriteOpLogBatch can
+// FitBatch encodes the leading entries of es that one WriteOpLogBatch can
 // take: at most MaxBatch, and no more encoded bytes than MaxTxnBytes (but at
-// least one, so an oversized entry is still tried and etcd says why).
-func (s *Store) FitBatch(es []oplog.Entry) int {
-	n, size := 0, 0
-	for n < len(es) && n < s.MaxBatch() {
+// least one, so an oversized entry is still tried and etcd says why). Pass
+// the encodings on to WriteOpLogBatch: an entry is encoded once.
+func (s *Store) FitBatch(es []oplog.Entry) [][]byte {
+	var values [][]byte
+	size := 0
+	for len(values) < len(es) && len(values) < s.MaxBatch() {
+		v := es[len(values)].Encode()
 		// key + value + a little protobuf framing
-		size += len(s.oplogDir) + 20 + 16 + len(es[n].Encode())
-		if n > 0 && size > s.cfg.MaxTxnBytes {
+		size += len(s.oplogDir) + 20 + 16 + len(v)
+		if len(values) > 0 && size > s.cfg.MaxTxnBytes {
 			break
 		}
-		n++
+		values = append(values, v)
 	}
-	return n
+	return values
 }
 
 // WriteOpLogBatch writes es, which must be prev+1, prev+2, ... in order, and
@@ -40,10 +43,14 @@ func (s *Store) FitBatch(es []oplog.Entry) int {
 // latest == prev (for prev 0: latest absent or "0") and on every entry key
 // being absent: the OpLog in etcd can get neither a gap nor an overwrite.
 // A lost guard returns *FencedError with the latest found. An empty es
-// writes nothing.
-func (s *Store) WriteOpLogBatch(ctx context.Context, prev uint64, es []oplog.Entry) error {
+// writes nothing. values are the entries' encodings from FitBatch (nil:
+// encoded here).
+func (s *Store) WriteOpLogBatch(ctx context.Context, prev uint64, es []oplog.Entry, values [][]byte) error {
 	if len(es) == 0 {
 		return nil
+	}
+	if values != nil && len(values) != len(es) {
+		return errcode.New(errcode.InvalidParams, "oplog: %d encodings for %d entries", len(values), len(es))
 	}
 	if len(es) > s.MaxBatch() {
 		return errcode.New(errcode.InvalidParams,
@@ -63,7 +70,12 @@ func (s *Store) WriteOpLogBatch(ctx context.Context, prev uint64, es []oplog.Ent
 				i, e.SequenceID, want, prev)
 		}
 		k := s.EntryKey(e.SequenceID)
-		v := e.Encode()
+		var v []byte
+		if values != nil {
+			v = values[i]
+		} else {
+			v = e.Encode()
+		}
 		bytes += len(k) + len(v)
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
 		puts = append(puts, clientv3.OpPut(k, string(v)))

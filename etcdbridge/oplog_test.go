@@ -23,7 +23,7 @@ func TestWriteOpLogBatchContiguous(t *testing.T) {
 	prev := uint64(0)
 	for _, n := range []int{1, 7, s.MaxBatch()} {
 		es := entries(prev+1, n, "a")
-		require.NoError(t, s.WriteOpLogBatch(ctx, prev, es), "batch of %d", n)
+		require.NoError(t, s.WriteOpLogBatch(ctx, prev, es, nil), "batch of %d", n)
 		prev += uint64(n)
 		all = append(all, es...)
 		latest, err := s.Latest(ctx)
@@ -46,7 +46,7 @@ func TestWriteOpLogBatchContiguous(t *testing.T) {
 	require.Equal(t, s.Config().Prefix+"/oplog/mooncake_cluster/00000000000000000001", string(resp.Kvs[0].Key))
 
 	// A second writer that still believes latest is 8 is fenced.
-	err = s.WriteOpLogBatch(ctx, 8, entries(9, 3, "stale"))
+	err = s.WriteOpLogBatch(ctx, 8, entries(9, 3, "stale"), nil)
 	requireCode(t, err, errcode.EtcdTransactionFail)
 	var fe *FencedError
 	require.ErrorAs(t, err, &fe)
@@ -71,7 +71,7 @@ func TestWriteOpLogBatchRace(t *testing.T) {
 		for w := range errs {
 			wg.Go(func() {
 				// Different bytes per writer: the guard, not determinism, decides.
-				errs[w] = s.WriteOpLogBatch(ctx, latest, entries(latest+1, 5, strconv.Itoa(w)))
+				errs[w] = s.WriteOpLogBatch(ctx, latest, entries(latest+1, 5, strconv.Itoa(w)), nil)
 			})
 		}
 		wg.Wait()
@@ -98,25 +98,25 @@ func TestWriteOpLogBatchRefused(t *testing.T) {
 	s := newStore(t)
 	ctx := testCtx(t)
 
-	requireCode(t, s.WriteOpLogBatch(ctx, 0, entries(1, s.MaxBatch()+1, "x")), errcode.InvalidParams)
+	requireCode(t, s.WriteOpLogBatch(ctx, 0, entries(1, s.MaxBatch()+1, "x"), nil), errcode.InvalidParams)
 	gap := append(entries(1, 2, "x"), entries(4, 1, "x")...)
-	err := s.WriteOpLogBatch(ctx, 0, gap)
+	err := s.WriteOpLogBatch(ctx, 0, gap, nil)
 	requireCode(t, err, errcode.InvalidParams)
 	require.Contains(t, err.Error(), "want 3")
-	requireCode(t, s.WriteOpLogBatch(ctx, 5, entries(1, 2, "x")), errcode.InvalidParams)
+	requireCode(t, s.WriteOpLogBatch(ctx, 5, entries(1, 2, "x"), nil), errcode.InvalidParams)
 	requireCode(t, s.WriteOpLog(ctx, oplog.Entry{}), errcode.InvalidParams)
-	require.NoError(t, s.WriteOpLogBatch(ctx, 3, nil), "an empty batch writes nothing")
+	require.NoError(t, s.WriteOpLogBatch(ctx, 3, nil, nil), "an empty batch writes nothing")
 	require.Empty(t, entrySeqs(t, s))
 
 	// prev 0 also continues a latest of "0".
 	_, err = s.Client().Put(ctx, s.LatestKey(), "0")
 	require.NoError(t, err)
-	require.NoError(t, s.WriteOpLogBatch(ctx, 0, entries(1, 2, "x")))
+	require.NoError(t, s.WriteOpLogBatch(ctx, 0, entries(1, 2, "x"), nil))
 
 	// An entry past latest (written by someone else) is never overwritten.
 	_, err = s.Client().Put(ctx, s.EntryKey(4), "foreign")
 	require.NoError(t, err)
-	err = s.WriteOpLogBatch(ctx, 2, entries(3, 3, "x"))
+	err = s.WriteOpLogBatch(ctx, 2, entries(3, 3, "x"), nil)
 	requireCode(t, err, errcode.EtcdTransactionFail)
 	require.Contains(t, err.Error(), s.EntryKey(4))
 	var fe *FencedError
@@ -163,7 +163,7 @@ func TestReadSinceMinAndCleanup(t *testing.T) {
 	require.Positive(t, rev)
 
 	es := entries(1, 30, "c")
-	require.NoError(t, s.WriteOpLogBatch(ctx, 0, es))
+	require.NoError(t, s.WriteOpLogBatch(ctx, 0, es, nil))
 	require.NoError(t, s.RecordSnapshotSequenceId(ctx, "snap-1", 20))
 
 	recs, _, err = s.ReadOpLogSince(ctx, 5, 4)
@@ -214,7 +214,7 @@ func TestReadSinceMinAndCleanup(t *testing.T) {
 	requireCode(t, s.RecordSnapshotSequenceId(ctx, "a/b", 1), errcode.InvalidParams)
 
 	// Writing goes on after a cleanup.
-	require.NoError(t, s.WriteOpLogBatch(ctx, 30, entries(31, 2, "c")))
+	require.NoError(t, s.WriteOpLogBatch(ctx, 30, entries(31, 2, "c"), nil))
 	require.Equal(t, seqRange(20, 32), entrySeqs(t, s))
 }
 
@@ -228,13 +228,18 @@ func TestKeysAndFitBatch(t *testing.T) {
 	require.Equal(t, "mooncake-store/c1/master_view", s.MasterViewKey())
 	require.Equal(t, 7, s.MaxBatch())
 
-	require.Equal(t, 0, s.FitBatch(nil))
-	require.Equal(t, 7, s.FitBatch(entries(1, 20, "f")), "bounded by MaxBatch")
+	require.Empty(t, s.FitBatch(nil))
+	es := entries(1, 20, "f")
+	vs := s.FitBatch(es)
+	require.Len(t, vs, 7, "bounded by MaxBatch")
+	for i, v := range vs {
+		require.Equal(t, es[i].Encode(), v, "the encoding WriteOpLogBatch writes")
+	}
 	var big []oplog.Entry
 	for i := uint64(1); i <= 3; i++ {
 		big = append(big, oplog.NewEntry(i, 1, oplog.OpRemove, strings.Repeat("k", 3000), "", 1, oplog.SourceEvict))
 	}
-	require.Equal(t, 1, s.FitBatch(big), "bounded by MaxTxnBytes, but at least one")
+	require.Len(t, s.FitBatch(big), 1, "bounded by MaxTxnBytes, but at least one")
 }
 
 // TestStats: the load counters see exactly the transactions and bytes written.
@@ -242,7 +247,7 @@ func TestStats(t *testing.T) {
 	s := newStore(t)
 	ctx := testCtx(t)
 	es := entries(1, 5, "s")
-	require.NoError(t, s.WriteOpLogBatch(ctx, 0, es))
+	require.NoError(t, s.WriteOpLogBatch(ctx, 0, es, nil))
 	var want uint64
 	for _, e := range es {
 		want += uint64(len(s.EntryKey(e.SequenceID)) + len(e.Encode()))

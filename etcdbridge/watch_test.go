@@ -57,7 +57,7 @@ func requireClosed(t *testing.T, ch <-chan oplog.WatchEvent) []error {
 func TestWatch(t *testing.T) {
 	s := newStore(t)
 	ctx := testCtx(t)
-	require.NoError(t, s.WriteOpLogBatch(ctx, 0, entries(1, 3, "w")))
+	require.NoError(t, s.WriteOpLogBatch(ctx, 0, entries(1, 3, "w"), nil))
 	recs, rev, err := s.ReadSince(ctx, 0, 100)
 	require.NoError(t, err)
 	require.Len(t, recs, 3)
@@ -66,10 +66,10 @@ func TestWatch(t *testing.T) {
 	ch := s.Watch(wctx, rev)
 
 	es := entries(4, 4, "w")
-	require.NoError(t, s.WriteOpLogBatch(ctx, 3, es[:2]))
+	require.NoError(t, s.WriteOpLogBatch(ctx, 3, es[:2], nil))
 	rs := []oplog.Renewal{{Key: "k1", LeaseTimeoutMs: 10, SoftPinTimeoutMs: 20, TimestampMs: 5}, {Key: "k2", LeaseTimeoutMs: 11}}
 	require.NoError(t, s.PutRenewals(ctx, rs))
-	require.NoError(t, s.WriteOpLogBatch(ctx, 5, es[2:]))
+	require.NoError(t, s.WriteOpLogBatch(ctx, 5, es[2:], nil))
 	// Cleanup deletes and other keys of the OpLog directory are not delivered.
 	_, err = s.CleanupOpLogBefore(ctx, 3)
 	require.NoError(t, err)
@@ -111,7 +111,7 @@ func TestWatchOrderWithinKinds(t *testing.T) {
 	// Interleaved writes, some before the watch catches up and some after.
 	var want []oplog.Renewal
 	for i := range 20 {
-		require.NoError(t, s.WriteOpLogBatch(ctx, uint64(2*i), entries(uint64(2*i+1), 2, "o")))
+		require.NoError(t, s.WriteOpLogBatch(ctx, uint64(2*i), entries(uint64(2*i+1), 2, "o"), nil))
 		r := oplog.Renewal{Key: "r", TimestampMs: int64(i)}
 		require.NoError(t, s.PutRenewals(ctx, []oplog.Renewal{r}))
 		want = append(want, r)
@@ -142,8 +142,8 @@ func TestWatchCompacted(t *testing.T) {
 	ctx := testCtx(t)
 	_, rev, err := s.ReadSince(ctx, 0, 1)
 	require.NoError(t, err)
-	require.NoError(t, s.WriteOpLogBatch(ctx, 0, entries(1, 2, "z")))
-	require.NoError(t, s.WriteOpLogBatch(ctx, 2, entries(3, 2, "z")))
+	require.NoError(t, s.WriteOpLogBatch(ctx, 0, entries(1, 2, "z"), nil))
+	require.NoError(t, s.WriteOpLogBatch(ctx, 2, entries(3, 2, "z"), nil))
 	resp, err := s.Client().Get(ctx, s.LatestKey())
 	require.NoError(t, err)
 	_, err = s.Client().Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical())

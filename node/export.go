@@ -80,7 +80,7 @@ func (n *Node) exportLoop(ctx context.Context) {
 			latest, known = l, true
 			n.exportedSeq.Store(latest)
 		}
-		batch := n.nextBatch(ctx, latest, lastWrite)
+		batch, values := n.nextBatch(ctx, latest, lastWrite)
 		if len(batch) > 0 && batch[0].SequenceID != latest+1 {
 			n.log.Error("etcd is missing OpLog entries this node no longer holds; was etcd reset?",
 				"etcd_latest", latest, "ring_first", batch[0].SequenceID)
@@ -91,7 +91,7 @@ func (n *Node) exportLoop(ctx context.Context) {
 		if len(batch) > 0 {
 			cctx, cancel := callCtx(ctx)
 			start := time.Now()
-			err := n.etcd.WriteOpLogBatch(cctx, latest, batch)
+			err := n.etcd.WriteOpLogBatch(cctx, latest, batch, values)
 			n.metrics.observeEtcd("oplog_write", start, err)
 			cancel()
 			var fenced *etcdbridge.FencedError
@@ -132,30 +132,37 @@ func (n *Node) exportLoop(ctx context.Context) {
 // per many entries instead of one per few. Idle, an entry goes at once.
 const exportLinger = 20 * time.Millisecond
 
-// nextBatch returns the ring entries after latest for the next transaction.
-// If the last write was recent (the exporter is under load) and the batch
-// is not full, it lingers briefly for more.
-func (n *Node) nextBatch(ctx context.Context, latest uint64, lastWrite time.Time) []oplog.Entry {
-	read := func() []oplog.Entry {
-		var b []oplog.Entry
-		n.sm.read(func(f *fsm.FSM) { b = f.RingAfter(latest, n.etcd.MaxBatch()) })
-		return b[:n.etcd.FitBatch(b)] // within etcd's request size too
+// nextBatch returns the ring entries after latest for the next transaction
+// and their encodings. If the last write was recent (the exporter is under
+// load) and the batch is not full, it lingers briefly for more.
+func (n *Node) nextBatch(ctx context.Context, latest uint64, lastWrite time.Time) ([]oplog.Entry, [][]byte) {
+	var batch []oplog.Entry
+	read := func() {
+		n.sm.read(func(f *fsm.FSM) { batch = f.RingAfter(latest, n.etcd.MaxBatch()) })
 	}
-	batch := read()
-	if len(batch) == 0 || len(batch) >= n.etcd.MaxBatch() || time.Since(lastWrite) > 2*exportLinger {
-		return batch
+	read()
+	if len(batch) > 0 && len(batch) < n.etcd.MaxBatch() && time.Since(lastWrite) <= 2*exportLinger {
+		n.linger(ctx, func() bool { read(); return len(batch) >= n.etcd.MaxBatch() })
 	}
-	linger := time.NewTimer(exportLinger)
-	defer linger.Stop()
+	values := n.etcd.FitBatch(batch) // within etcd's request size too
+	return batch[:len(values)], values
+}
+
+// linger waits up to exportLinger for more entries, until full says the
+// batch is.
+func (n *Node) linger(ctx context.Context, full func() bool) {
+	t := time.NewTimer(exportLinger)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return batch
-		case <-linger.C:
-			return read()
+			return
+		case <-t.C:
+			full()
+			return
 		case <-n.ringCh:
-			if batch = read(); len(batch) >= n.etcd.MaxBatch() {
-				return batch
+			if full() {
+				return
 			}
 		}
 	}
