@@ -12,7 +12,7 @@ FUZZ_TARGETS := \
 	./oplog:FuzzDecodePutEndPayload \
 	./oplog:FuzzFollowerApply
 
-.PHONY: all build run test unit fuzz lint bench cover clean proto jepsen
+.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen
 
 all: build
 
@@ -25,6 +25,10 @@ build:
 # run starts a three-node cluster on loopback; Ctrl-C stops it.
 run: build
 	./scripts/run.sh
+
+# The black-box failover at the default flags (docs/BENCHMARKS.md).
+failover: build
+	KILLS=$${KILLS:-10} ./scripts/failover.sh
 
 test: lint unit
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)

@@ -27,17 +27,35 @@ import (
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
-// rawPrimary is the source notes' primary: state in memory, every mutation
-// written to etcd as its own put before the client is answered, lease
-// renewals batched to etcd once a second. Its standbys follow etcd alone.
-// It serves the same gRPC API as moonraft, so the same workload drives it.
+// The baselines: the source notes' design, state in memory on a primary
+// whose standbys follow the OpLog in etcd alone. raw-etcd-watch writes each
+// mutation to etcd as its own put before the client is answered;
+// raw-etcd-watch-async answers first and writes in batches in the
+// background, as the Mooncake master does (PutEnd's
+// AppendOpLogVisibleBeforeDurable, an ordered writer of up to 1,024 entries
+// per batch; Mooncake 3b5a594 master_service.cpp).
+const (
+	baselineSync  = "raw-etcd-watch"
+	baselineAsync = "raw-etcd-watch-async"
+)
+
+var baselineModes = map[string]bool{baselineSync: false, baselineAsync: true} // name: async
+
+// rawPrimary is a baseline's primary. Lease renewals go to etcd in batches
+// once a second in both modes. It serves the same gRPC API as moonraft, so
+// the same workload drives it.
 type rawPrimary struct {
 	transport.NoAdmin
 	mu      sync.RWMutex
 	f       *fsm.FSM
-	store   *etcdbridge.Store
+	store   *etcdbridge.Store // nil: a promoted standby, which exports nothing
 	batcher *lease.Batcher
 	acks    ackTracker
+	async   bool
+	kick    chan struct{} // async: entries wait to be written
+	// inherited is what a promoted standby followed: read-only objects
+	// that the new state does not hold (nil on a primary started as one).
+	inherited *oplog.Follower
 }
 
 // ackTracker trims the export ring up to the longest prefix of entries
@@ -59,22 +77,33 @@ func (a *ackTracker) ack(seq uint64) uint64 {
 	return a.low
 }
 
-func newRawPrimary(store *etcdbridge.Store) *rawPrimary {
-	p := &rawPrimary{NoAdmin: transport.NoAdmin{Err: errcode.New(errcode.UnavailableInCurrentMode, "not part of the baseline")}, f: fsm.New(), store: store, batcher: lease.NewBatcher(0, 0), acks: ackTracker{acked: map[uint64]bool{}}}
+func newRawPrimary(store *etcdbridge.Store, async bool) *rawPrimary {
+	p := &rawPrimary{NoAdmin: transport.NoAdmin{Err: errcode.New(errcode.UnavailableInCurrentMode, "not part of the baseline")}, f: fsm.New(), store: store,
+		batcher: lease.NewBatcher(0, 0), acks: ackTracker{acked: map[uint64]bool{}}, async: async, kick: make(chan struct{}, 1)}
 	params := fsm.DefaultParams()
 	params.ExportRingCap = 1 << 40 // the ring only holds what is being written
 	p.f.ApplyCommand(&fsm.Promote{NowMs: p.Now(), LeaderID: "primary", Term: 1, Params: params})
 	return p
 }
 
-// apply runs cmd, then writes every entry it produced to etcd, each as its
-// own put, before returning.
+// apply runs cmd, then (sync) writes every entry it produced to etcd, each
+// as its own put, before returning, or (async) leaves them to writeLoop.
 func (p *rawPrimary) apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	p.mu.Lock()
 	seq := p.f.Stats().AppliedSeq
 	r := p.f.ApplyCommand(cmd)
-	es := p.f.RingAfter(seq, 1<<30)
+	var es []oplog.Entry
+	if p.store != nil && !p.async {
+		es = p.f.RingAfter(seq, 1<<30)
+	}
 	p.mu.Unlock()
+	if p.async {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+		return r, nil
+	}
 	// The mutation is applied: a client giving up must not leave a hole in
 	// the OpLog that the standbys would wait on forever.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -90,6 +119,38 @@ func (p *rawPrimary) apply(ctx context.Context, cmd fsm.Command) (fsm.Result, er
 		}
 	}
 	return r, nil
+}
+
+// writeLoop is the async primary's OpLog writer: whatever has been applied
+// and not written goes to etcd in transactions of up to MaxBatch entries,
+// one after the other.
+func (p *rawPrimary) writeLoop(ctx context.Context) {
+	var written uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		}
+		for ctx.Err() == nil {
+			p.mu.RLock()
+			es := p.f.RingAfter(written, p.store.MaxBatch())
+			p.mu.RUnlock()
+			if len(es) == 0 {
+				break
+			}
+			values := p.store.FitBatch(es)
+			es = es[:len(values)]
+			if err := p.store.WriteOpLogBatch(ctx, written, es, values); err != nil {
+				time.Sleep(10 * time.Millisecond) // etcd away: the entries wait, as the clients do not
+				continue
+			}
+			written = es[len(es)-1].SequenceID
+			p.mu.Lock()
+			p.f.ApplyCommand(&fsm.Exported{Seq: written})
+			p.mu.Unlock()
+		}
+	}
 }
 
 // run ticks the primary's time, renewals and eviction locally every 100 ms
@@ -117,7 +178,7 @@ func (p *rawPrimary) run(ctx context.Context) {
 			}
 		}
 		p.mu.RUnlock()
-		if time.Since(last) >= time.Second && len(pending) > 0 {
+		if time.Since(last) >= time.Second && len(pending) > 0 && p.store != nil {
 			_ = p.store.PutRenewals(ctx, pending)
 			pending, last = nil, time.Now()
 		}
@@ -140,6 +201,9 @@ func (p *rawPrimary) GetReplicaList(_ context.Context, key string) ([]oplog.Repl
 	p.mu.RLock()
 	r := p.f.GetReplicaList(key, p.Now())
 	p.mu.RUnlock()
+	if o, ok := p.inheritedObject(key, r.Found); ok {
+		return o.Payload.Replicas, fsm.Grant{}, nil
+	}
 	if r.Found {
 		p.batcher.Renew(key, r.Grant.Renewal.AtMs, r.Grant.CurrentMs, r.Grant.UntilMs)
 	}
@@ -150,6 +214,9 @@ func (p *rawPrimary) ExistKey(_ context.Context, key string) (bool, fsm.Grant, e
 	p.mu.RLock()
 	r := p.f.ExistKey(key, p.Now())
 	p.mu.RUnlock()
+	if _, ok := p.inheritedObject(key, r.Found); ok {
+		return true, fsm.Grant{}, nil
+	}
 	if r.Found {
 		p.batcher.Renew(key, r.Grant.Renewal.AtMs, r.Grant.CurrentMs, r.Grant.UntilMs)
 	}
@@ -164,6 +231,15 @@ func (p *rawPrimary) BatchGetReplicaList(ctx context.Context, keys []string) ([]
 
 func (p *rawPrimary) BatchExistKey(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
 	return transport.BatchExistByKey(ctx, keys, p.ExistKey)
+}
+
+// inheritedObject is key's object as a promoted standby followed it, when
+// the state proper does not have it.
+func (p *rawPrimary) inheritedObject(key string, found bool) (oplog.ObjectState, bool) {
+	if found || p.inherited == nil {
+		return oplog.ObjectState{}, false
+	}
+	return p.inherited.Get(key)
 }
 
 func (p *rawPrimary) GetReplicaListByRegex(_ context.Context, re string) ([]fsm.KeyReplicas, error) {
@@ -203,11 +279,13 @@ const (
 )
 
 // runBaselineProcess is `moonbench baseline-primary|baseline-standby
-// --listen ADDR --etcd-endpoints URLS`: it serves until SIGINT or SIGTERM.
+// --listen ADDR --etcd-endpoints URLS [--async]`: it serves until SIGINT or
+// SIGTERM. A standby sent SIGUSR1 is promoted (promoteStandby).
 func runBaselineProcess(role string, args []string) error {
 	fs := flag.NewFlagSet("moonbench "+role, flag.ContinueOnError)
 	listen := fs.String("listen", "", "gRPC address to serve on")
 	endpoints := fs.String("etcd-endpoints", "", "the baseline's etcd")
+	async := fs.Bool("async", false, "primary: answer before the OpLog entry is in etcd, write entries in background batches")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -215,28 +293,78 @@ func runBaselineProcess(role string, args []string) error {
 	defer stop()
 	ecfg := baselineEtcd(listflag.Split(*endpoints))
 	if role == cmdBaselineStandby {
+		promote := make(chan os.Signal, 1)
+		signal.Notify(promote, syscall.SIGUSR1)
 		f, err := node.StartEtcdFollower(node.FollowerConfig{ID: "standby", GRPCAddr: *listen, Etcd: ecfg, Logger: hclog.NewNullLogger()})
 		if err != nil {
 			return err
 		}
-		<-ctx.Done()
-		return f.Close()
+		select {
+		case <-ctx.Done():
+			return f.Close()
+		case <-promote:
+		}
+		p, err := promoteStandby(ctx, f, ecfg)
+		if err != nil {
+			return err
+		}
+		return serveBaseline(ctx, p, *listen)
 	}
 	store, err := etcdbridge.Open(ecfg)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	l, err := net.Listen("tcp", *listen)
+	return serveBaseline(ctx, newRawPrimary(store, *async), *listen)
+}
+
+// promoteStandby turns a standby into a primary as the notes describe: it
+// catches up with what etcd holds (up to a gap that does not fill within a
+// second: entries past it are lost to it, as to any reader of the OpLog),
+// stops following, and serves what it followed. The new primary starts a
+// state of its own beside the followed objects, which it serves for reads,
+// and exports nothing: it exists to time the failover and to count the
+// acknowledged writes it does not have.
+func promoteStandby(ctx context.Context, f *node.EtcdFollower, ecfg etcdbridge.Config) (*rawPrimary, error) {
+	store, err := etcdbridge.Open(ecfg)
+	if err != nil {
+		return nil, err
+	}
+	fol := f.Follower()
+	for {
+		recs, _, err := store.ReadOpLogSince(ctx, fol.AppliedSeq(), 1)
+		if err != nil || len(recs) == 0 {
+			break
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		err = fol.WaitFor(wctx, recs[0].Seq)
+		cancel()
+		if err != nil {
+			break
+		}
+	}
+	_ = store.Close()
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	p := newRawPrimary(nil, false)
+	p.inherited = fol
+	return p, nil
+}
+
+func serveBaseline(ctx context.Context, p *rawPrimary, listen string) error {
+	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
-	p := newRawPrimary(store)
 	srv := transport.NewServer(p)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { _ = srv.Serve(l) })
 	wg.Go(func() { p.run(ctx) })
+	if p.async {
+		wg.Go(func() { p.writeLoop(ctx) })
+	}
 	<-ctx.Done()
 	srv.Stop()
 	return nil
@@ -246,9 +374,10 @@ func baselineEtcd(endpoints []string) etcdbridge.Config {
 	return etcdbridge.Config{Endpoints: endpoints, Prefix: "mooncake-store", ClusterID: "baseline"}
 }
 
-// baseline is --baseline raw-etcd-watch: an embedded etcd, the primary,
-// and two standbys that follow etcd on their own.
+// baseline is one --baseline: an embedded etcd, the primary, and two
+// standbys that follow etcd on their own.
 type baseline struct {
+	mode     string
 	dir      string
 	etcdE    *etcdbridge.Embedded
 	primary  *child.Proc
@@ -257,13 +386,13 @@ type baseline struct {
 	cl       *transport.Client
 }
 
-func openBaseline(ctx context.Context, cfg config) (*baseline, error) {
+func openBaseline(ctx context.Context, cfg config, mode string) (*baseline, error) {
 	dir, err := os.MkdirTemp("", "moonbench-baseline-")
 	if err != nil {
 		return nil, err
 	}
-	b := &baseline{dir: dir}
-	progressf("starting the baseline (raw-etcd-watch): embedded etcd, primary, two standbys")
+	b := &baseline{mode: mode, dir: dir}
+	progressf("starting the baseline (%s): embedded etcd, primary, two standbys", mode)
 	if b.etcdE, err = etcdbridge.StartEmbedded(filepath.Join(dir, "etcd"), "", ""); err != nil {
 		b.close()
 		return nil, err
@@ -276,6 +405,9 @@ func openBaseline(ctx context.Context, cfg config) (*baseline, error) {
 			return nil, err
 		}
 		p := &child.Proc{Bin: cfg.benchBin, Args: []string{role, "--listen", a, "--etcd-endpoints", eps}}
+		if i == 0 && baselineModes[mode] {
+			p.Args = append(p.Args, "--async")
+		}
 		if cfg.verbose {
 			p.Output = os.Stderr
 		}
@@ -323,11 +455,13 @@ func retryUntil(ctx context.Context, within time.Duration, fn func(context.Conte
 	}
 }
 
-func (b *baseline) name() string              { return "raw-etcd-watch" }
+func (b *baseline) name() string              { return b.mode }
 func (b *baseline) client() *transport.Client { return b.cl }
 func (b *baseline) etcd() etcdLoad            { return embeddedEtcdLoad() }
 
-func (b *baseline) leaderProc(context.Context) (*child.Proc, error) { return b.primary, nil }
+func (b *baseline) serverProcs(context.Context) ([]*child.Proc, error) {
+	return append([]*child.Proc{b.primary}, b.standbys...), nil
+}
 
 func (b *baseline) exportBacklog(context.Context) (uint64, error) { return 0, nil }
 

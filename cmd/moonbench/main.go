@@ -33,8 +33,9 @@ type config struct {
 	ops         int
 	keys        int
 	failover    int
-	baseline    string
+	baselines   []string
 	readModes   []string
+	logStores   []string
 	jsonOut     string
 	plotOut     string
 	verbose     bool
@@ -71,13 +72,14 @@ func parse(args []string) (config, error) {
 	fs.IntVar(&c.ops, "ops", 0, "measured operations per step instead of --duration (0: use --duration)")
 	fs.IntVar(&c.keys, "keys", 10_000, "keys the get workloads read (written first)")
 	fs.IntVar(&c.failover, "failover", 0, "kill the leader this many times under a steady write load (--local only)")
-	fs.StringVar(&c.baseline, "baseline", "", `"raw-etcd-watch": also run the source notes' design and compare`)
+	baselines := fs.String("baseline", "", "also run the source notes' design and compare, comma-separated: raw-etcd-watch (answers once its OpLog entry is in etcd), raw-etcd-watch-async (answers first, writes its OpLog in background batches, as the Mooncake master does)")
 	readModes := fs.String("read-mode", "", "with --local: the nodes' --read-mode, comma-separated to compare several in one run (lease, quorum; empty: the default)")
+	logStores := fs.String("raft-log-store", "", "with --local: the nodes' --raft-log-store, comma-separated to compare several in one run (wal, boltdb; empty: the default)")
 	fs.StringVar(&c.jsonOut, "json", "", "write every result to this file as JSON")
 	fs.StringVar(&c.plotOut, "plot", "", "draw latency against throughput to this SVG file")
 	fs.BoolVar(&c.verbose, "v", false, "show the systems' logs")
 	fs.StringVar(&c.fromJSON, "from-json", "", "print the table (and --plot) of a saved --json file instead of running")
-	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of the leader for every measured step into this directory")
+	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of every node for every measured step into this directory")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -87,6 +89,18 @@ func parse(args []string) (config, error) {
 	for _, m := range c.readModes {
 		if m != "lease" && m != "quorum" {
 			return c, fmt.Errorf("--read-mode: %q is neither lease nor quorum", m)
+		}
+	}
+	c.logStores = listflag.Split(*logStores)
+	for _, m := range c.logStores {
+		if m != "wal" && m != "boltdb" {
+			return c, fmt.Errorf("--raft-log-store: %q is neither wal nor boltdb", m)
+		}
+	}
+	c.baselines = listflag.Split(*baselines)
+	for _, b := range c.baselines {
+		if _, ok := baselineModes[b]; !ok {
+			return c, fmt.Errorf("--baseline: %q is neither raw-etcd-watch nor raw-etcd-watch-async", b)
 		}
 	}
 	for _, w := range c.workloads {
@@ -106,12 +120,12 @@ func parse(args []string) (config, error) {
 		return c, nil
 	case c.local == (len(c.endpoints) > 0):
 		return c, fmt.Errorf("give either --endpoints or --local")
-	case c.baseline != "" && c.baseline != "raw-etcd-watch":
-		return c, fmt.Errorf(`--baseline: only "raw-etcd-watch" exists`)
-	case c.baseline != "" && !c.local:
+	case len(c.baselines) > 0 && !c.local:
 		return c, fmt.Errorf("--baseline needs --local (it starts its own etcd and standbys)")
 	case len(c.readModes) > 0 && !c.local:
 		return c, fmt.Errorf("--read-mode needs --local (it is the nodes' flag)")
+	case len(c.logStores) > 0 && !c.local:
+		return c, fmt.Errorf("--raft-log-store needs --local (it is the nodes' flag)")
 	case c.profileDir != "" && !c.local:
 		return c, fmt.Errorf("--profile needs --local")
 	case c.failover > 0 && !c.local:
@@ -120,6 +134,29 @@ func parse(args []string) (config, error) {
 		return c, fmt.Errorf("--batch must be positive")
 	}
 	return c, nil
+}
+
+// variant is one configuration of the local cluster's nodes ("": the
+// node's default).
+type variant struct{ readMode, logStore string }
+
+// variants are the clusters to measure, one after the other: every read
+// mode with every log store asked for.
+func (c config) variants() []variant {
+	modes, stores := c.readModes, c.logStores
+	if len(modes) == 0 {
+		modes = []string{""}
+	}
+	if len(stores) == 0 {
+		stores = []string{""}
+	}
+	var vs []variant
+	for _, m := range modes {
+		for _, s := range stores {
+			vs = append(vs, variant{m, s})
+		}
+	}
+	return vs
 }
 
 func run(args []string) error {
@@ -138,34 +175,44 @@ func run(args []string) error {
 		}
 		return rep.output(os.Stdout, cfg)
 	}
+	if cfg.profileDir != "" {
+		if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	rep := &report{Machine: machine(), Date: time.Now().UTC().Format(time.RFC3339), Args: strings.Join(args, " ")}
 
-	modes := cfg.readModes
-	if len(modes) == 0 {
-		modes = []string{""} // the nodes' default
-	}
-	for i, mode := range modes {
-		sys, err := openMoonraft(ctx, cfg, mode)
+	for i, v := range cfg.variants() {
+		sys, err := openMoonraft(ctx, cfg, v)
 		if err != nil {
 			return err
 		}
 		err = sweep(ctx, cfg, sys, rep)
 		if err == nil && cfg.failover > 0 && i == 0 {
-			rep.Failover, err = measureFailover(ctx, cfg, sys.(*localCluster))
+			var f *failoverResult
+			if f, err = measureFailover(ctx, cfg, sys.(*localCluster)); err == nil {
+				rep.Failovers = append(rep.Failovers, *f)
+			}
 		}
 		sys.close()
 		if err != nil {
 			return err
 		}
 	}
-	if cfg.baseline != "" {
-		base, err := openBaseline(ctx, cfg)
+	for _, mode := range cfg.baselines {
+		base, err := openBaseline(ctx, cfg, mode)
 		if err != nil {
 			return err
 		}
 		err = sweep(ctx, cfg, base, rep)
+		if err == nil && cfg.failover > 0 {
+			var f *failoverResult
+			if f, err = measureBaselineFailover(ctx, cfg, mode); err == nil {
+				rep.Failovers = append(rep.Failovers, *f)
+			}
+		}
 		base.close()
 		if err != nil {
 			return err

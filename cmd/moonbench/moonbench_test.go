@@ -41,13 +41,17 @@ func TestParse(t *testing.T) {
 		{[]string{"--local", "--workload", "nope"}, `unknown workload "nope"`},
 		{[]string{"--local", "--clients", "1,x"}, `"x" is not a positive number`},
 		{[]string{"--local", "--clients", "0"}, `"0" is not a positive number`},
-		{[]string{"--local", "--baseline", "other"}, "only"},
+		{[]string{"--local", "--baseline", "other"}, "neither raw-etcd-watch nor raw-etcd-watch-async"},
+		{[]string{"--local", "--baseline", "raw-etcd-watch,raw-etcd-watch-async", "--failover", "2"}, ""},
 		{[]string{"--endpoints", "a:1", "--baseline", "raw-etcd-watch"}, "--baseline needs --local"},
 		{[]string{"--endpoints", "a:1", "--failover", "3"}, "--failover needs --local"},
 		{[]string{"--local", "--batch", "0"}, "--batch must be positive"},
 		{[]string{"--local", "--read-mode", "lease,quorum", "--workload", "exist,batch-exist"}, ""},
 		{[]string{"--local", "--read-mode", "fast"}, "neither lease nor quorum"},
 		{[]string{"--endpoints", "a:1", "--read-mode", "quorum"}, "--read-mode needs --local"},
+		{[]string{"--local", "--raft-log-store", "boltdb,wal"}, ""},
+		{[]string{"--local", "--raft-log-store", "rocksdb"}, "neither wal nor boltdb"},
+		{[]string{"--endpoints", "a:1", "--raft-log-store", "wal"}, "--raft-log-store needs --local"},
 	}
 	for _, tt := range tests {
 		_, err := parse(tt.args)
@@ -107,12 +111,13 @@ func TestOutput(t *testing.T) {
 	r := &report{Machine: "m", Steps: []stepResult{
 		{System: "moonraft", Workload: "put", Clients: 1, OpsPerSec: 100, P99Ms: 2},
 		{System: "moonraft", Workload: "put", Clients: 8, OpsPerSec: 700, P99Ms: 4, Errors: 1, FirstError: "NO_AVAILABLE_HANDLE: x"},
-	}, Failover: &failoverResult{GapsMs: []float64{500, 700}, P50Ms: 700, MaxMs: 700, Clients: 8}}
+	}, Failovers: []failoverResult{{System: "moonraft", GapsMs: []float64{500, 700}, P50Ms: 700, MaxMs: 700, Clients: 8, Acked: 900, Lost: 0},
+		{System: "raw-etcd-watch-async", GapsMs: []float64{300}, P50Ms: 300, MaxMs: 300, Clients: 8, Acked: 800, Lost: 17}}}
 	var out bytes.Buffer
 	cfg := config{jsonOut: filepath.Join(dir, "r.json"), plotOut: filepath.Join(dir, "p.svg")}
 	require.NoError(t, r.output(&out, cfg))
 	assert.Contains(t, out.String(), "first: NO_AVAILABLE_HANDLE")
-	assert.Contains(t, out.String(), "failover: 2 leader kills")
+	assert.Regexp(t, `raw-etcd-watch-async +1 +300 +300 +800 +17`, out.String())
 	svg, err := os.ReadFile(cfg.plotOut)
 	require.NoError(t, err)
 	assert.True(t, strings.Contains(string(svg), "<svg"), "an SVG file")
@@ -121,33 +126,71 @@ func TestOutput(t *testing.T) {
 	assert.Contains(t, string(js), `"ops_per_sec": 700`)
 }
 
-// TestBaselineSweep runs the raw-etcd-watch baseline for real (embedded
-// etcd, primary, two standbys) through a short put step: the workload
-// runs, etcd is written once per operation, and the standbys follow.
+// TestBaselineSweep runs each baseline for real (embedded etcd, primary,
+// two standbys) through a short put step: the workload runs, etcd is
+// written once per operation (sync) or in batches (async), and the
+// standbys follow.
 func TestBaselineSweep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded etcd")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	for _, tc := range []struct {
+		mode             string
+		txnsMin, txnsMax float64 // etcd transactions per 1,000 ops
+	}{
+		{baselineSync, 850, 1150},
+		{baselineAsync, 1, 700},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			b, err := openBaseline(ctx, testConfig(t), tc.mode)
+			require.NoError(t, err)
+			defer b.close()
+			rep := &report{}
+			require.NoError(t, sweep(ctx, testConfig(t), b, rep))
+			require.Len(t, rep.Steps, 1)
+			s := rep.Steps[0]
+			assert.Positive(t, s.Ops)
+			assert.Zero(t, s.Errors, s.FirstError)
+			assert.GreaterOrEqual(t, s.EtcdTxnsPer1kOps, tc.txnsMin)
+			assert.LessOrEqual(t, s.EtcdTxnsPer1kOps, tc.txnsMax)
+			leader, standbys, err := b.positions(ctx)
+			require.NoError(t, err)
+			require.Len(t, standbys, 2)
+			require.Eventually(t, func() bool {
+				leader, standbys, _ = b.positions(ctx)
+				return standbys[0] == leader && standbys[1] == leader
+			}, 10*time.Second, 10*time.Millisecond, "standbys reach the primary's seq")
+		})
+	}
+}
+
+// TestBaselineFailover kills each baseline's primary under writers: the
+// promoted standby takes the writes (one window measured, so writes
+// succeeded after the kill) and every acknowledged write is checked on it.
+func TestBaselineFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd")
+	}
+	for _, mode := range []string{baselineSync, baselineAsync} {
+		t.Run(mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res := &failoverResult{System: mode}
+			require.NoError(t, baselineFailoverOnce(ctx, testConfig(t), mode, res))
+			assert.Equal(t, 1, res.Kills)
+			require.Len(t, res.GapsMs, 1, "writes resumed on the promoted standby")
+			assert.Positive(t, res.GapsMs[0])
+			assert.Greater(t, res.Acked, 50)
+			assert.LessOrEqual(t, res.Lost, res.Acked)
+			t.Logf("%s: window %.0f ms, %d of %d acknowledged writes lost", mode, res.GapsMs[0], res.Lost, res.Acked)
+		})
+	}
+}
+
+func testConfig(t *testing.T) config {
 	self, err := os.Executable()
 	require.NoError(t, err)
-	cfg := config{workloads: []string{"put"}, clients: []int{4}, duration: time.Second, warmup: 200 * time.Millisecond, batch: 8, keys: 10, benchBin: self}
-	b, err := openBaseline(ctx, cfg)
-	require.NoError(t, err)
-	defer b.close()
-	rep := &report{}
-	require.NoError(t, sweep(ctx, cfg, b, rep))
-	require.Len(t, rep.Steps, 1)
-	s := rep.Steps[0]
-	assert.Positive(t, s.Ops)
-	assert.Zero(t, s.Errors, s.FirstError)
-	assert.InDelta(t, 1000, s.EtcdTxnsPer1kOps, 150, "the notes' design: one etcd put per write")
-	leader, standbys, err := b.positions(ctx)
-	require.NoError(t, err)
-	require.Len(t, standbys, 2)
-	require.Eventually(t, func() bool {
-		leader, standbys, _ = b.positions(ctx)
-		return standbys[0] == leader && standbys[1] == leader
-	}, 10*time.Second, 10*time.Millisecond, "standbys reach the primary's seq")
+	return config{workloads: []string{"put"}, clients: []int{4}, duration: time.Second, warmup: 200 * time.Millisecond, batch: 8, keys: 10, benchBin: self}
 }

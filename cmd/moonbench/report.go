@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"gonum.org/v1/plot"
@@ -18,11 +19,11 @@ import (
 )
 
 type report struct {
-	Machine  string          `json:"machine"`
-	Date     string          `json:"date"`
-	Args     string          `json:"args"`
-	Steps    []stepResult    `json:"steps"`
-	Failover *failoverResult `json:"failover,omitempty"`
+	Machine   string           `json:"machine"`
+	Date      string           `json:"date"`
+	Args      string           `json:"args"`
+	Steps     []stepResult     `json:"steps"`
+	Failovers []failoverResult `json:"failovers,omitempty"`
 }
 
 // machine describes where the numbers were taken.
@@ -40,14 +41,21 @@ func machine() string {
 func (r *report) output(w io.Writer, cfg config) error {
 	fmt.Fprintf(w, "moonbench %s\nmachine: %s\ndate: %s\n\n", r.Args, r.Machine, r.Date)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tworkload\tclients\tops/s\tp50 ms\tp99 ms\tp99.9 ms\terrors\tetcd txn/s\tetcd txn/1k ops\tetcd KB/1k ops\tstandby lag p50 ms\tstandby lag p99 ms\tops per leader CPU s\t")
+	fmt.Fprintln(tw, "system\tworkload\tclients\tops/s\tp50 ms\tp99 ms\tp99.9 ms\terrors\tetcd txn/s\tetcd txn/1k ops\tetcd KB/1k ops\tstandby lag p50 ms\tstandby lag p99 ms\tops per leader CPU s\tCPU µs/op serving/others\t")
 	for _, s := range r.Steps {
-		perCPU := "-"
+		perCPU, perOp := "-", "-"
 		if s.OpsPerLeaderCPUSec > 0 {
 			perCPU = fmt.Sprintf("%.0f", s.OpsPerLeaderCPUSec)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%.0f\t%.1f\t%.0f\t%.1f\t%.1f\t%s\t\n", s.System, s.Workload, s.Clients, s.OpsPerSec,
-			s.P50Ms, s.P99Ms, s.P999Ms, s.Errors, s.EtcdTxnsPerSec, s.EtcdTxnsPer1kOps, s.EtcdBytesPer1kOps/1000, s.LagP50Ms, s.LagP99Ms, perCPU)
+		if len(s.CPUMicrosPerOp) > 0 {
+			var us []string
+			for _, u := range s.CPUMicrosPerOp {
+				us = append(us, fmt.Sprintf("%.0f", u))
+			}
+			perOp = strings.Join(us, "/")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%.0f\t%.1f\t%.0f\t%.1f\t%.1f\t%s\t%s\t\n", s.System, s.Workload, s.Clients, s.OpsPerSec,
+			s.P50Ms, s.P99Ms, s.P999Ms, s.Errors, s.EtcdTxnsPerSec, s.EtcdTxnsPer1kOps, s.EtcdBytesPer1kOps/1000, s.LagP50Ms, s.LagP99Ms, perCPU, perOp)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -58,7 +66,7 @@ func (r *report) output(w io.Writer, cfg config) error {
 		}
 	}
 	if ratios := r.ratios(); len(ratios) > 0 {
-		fmt.Fprintln(w, "\nagainst raw-etcd-watch")
+		fmt.Fprintln(w, "\nagainst "+baselineSync)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "system\tworkload\tclients\tthroughput ×\tp50 latency ×\tp99 latency ×\tstandby lag p99 ×\t")
 		for _, x := range ratios {
@@ -68,9 +76,16 @@ func (r *report) output(w io.Writer, cfg config) error {
 			return err
 		}
 	}
-	if f := r.Failover; f != nil {
-		fmt.Fprintf(w, "\nfailover: %d leader kills under %d writers; window without successful writes p50 %.0f ms, max %.0f ms (all: %v ms)\n",
-			len(f.GapsMs), f.Clients, f.P50Ms, f.MaxMs, f.GapsMs)
+	if len(r.Failovers) > 0 {
+		fmt.Fprintf(w, "\nfailover: kills of the serving process under %d writers\n", r.Failovers[0].Clients)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "system\tkills\twindow p50 ms\twindow max ms\tacknowledged writes\tlost\tall windows ms\t")
+		for _, f := range r.Failovers {
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%d\t%d\t%v\t\n", f.System, len(f.GapsMs), f.P50Ms, f.MaxMs, f.Acked, f.Lost, f.GapsMs)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	if cfg.jsonOut != "" {
 		b, err := json.MarshalIndent(r, "", "  ")
@@ -96,14 +111,14 @@ type ratio struct {
 func (r *report) ratios() []ratio {
 	base := map[string]stepResult{}
 	for _, s := range r.Steps {
-		if s.System == "raw-etcd-watch" {
+		if s.System == baselineSync {
 			base[fmt.Sprint(s.Workload, s.Clients)] = s
 		}
 	}
 	var out []ratio
 	for _, s := range r.Steps {
 		b, ok := base[fmt.Sprint(s.Workload, s.Clients)]
-		if s.System == "raw-etcd-watch" || !ok {
+		if s.System == baselineSync || !ok {
 			continue
 		}
 		out = append(out, ratio{s.System, s.Workload, s.Clients, div(s.OpsPerSec, b.OpsPerSec), div(s.P50Ms, b.P50Ms), div(s.P99Ms, b.P99Ms), div(s.LagP99Ms, b.LagP99Ms)})
@@ -165,7 +180,7 @@ func (r *report) plot(path string) error {
 				return err
 			}
 			c := plotutil.Color(i)
-			if sys == "raw-etcd-watch" {
+			if strings.HasPrefix(sys, baselineSync) {
 				l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
 			}
 			l.Color, pts.Color = c, c

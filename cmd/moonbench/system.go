@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moonraft/moonraft/etcdbridge"
@@ -31,9 +32,9 @@ type system interface {
 	exportBacklog(ctx context.Context) (uint64, error)
 	// etcd is this system's etcd load so far (zero when unknown).
 	etcd() etcdLoad
-	// leaderProc is the process serving clients, when this run started it
-	// (nil otherwise).
-	leaderProc(ctx context.Context) (*child.Proc, error)
+	// serverProcs are the system's processes, the one serving clients
+	// first, when this run started them (none otherwise).
+	serverProcs(ctx context.Context) ([]*child.Proc, error)
 	close()
 }
 
@@ -84,7 +85,7 @@ func (r *remoteCluster) client() *transport.Client { return r.cl }
 func (r *remoteCluster) etcd() etcdLoad            { return etcdLoad{} }
 func (r *remoteCluster) close()                    { r.cl.Close() }
 
-func (r *remoteCluster) leaderProc(context.Context) (*child.Proc, error) { return nil, nil }
+func (r *remoteCluster) serverProcs(context.Context) ([]*child.Proc, error) { return nil, nil }
 
 func (r *remoteCluster) positions(ctx context.Context) (uint64, []uint64, error) {
 	return statusPositions(ctx, r.cl, r.endpoints)
@@ -133,8 +134,8 @@ func statusPositions(ctx context.Context, cl *transport.Client, endpoints []stri
 }
 
 // openMoonraft opens the cluster to measure; with --local it starts one
-// whose nodes run with --read-mode readMode ("": the default).
-func openMoonraft(ctx context.Context, cfg config, readMode string) (system, error) {
+// whose nodes run as v says.
+func openMoonraft(ctx context.Context, cfg config, v variant) (system, error) {
 	if !cfg.local {
 		cl, err := transport.Dial(transport.ClientConfig{Endpoints: cfg.endpoints})
 		if err != nil {
@@ -142,16 +143,16 @@ func openMoonraft(ctx context.Context, cfg config, readMode string) (system, err
 		}
 		return &remoteCluster{cl: cl, endpoints: cfg.endpoints}, nil
 	}
-	return startLocal(ctx, cfg, readMode)
+	return startLocal(ctx, cfg, v)
 }
 
 // localCluster is --local: an embedded etcd and three moonraft processes.
 type localCluster struct {
-	dir      string
-	readMode string
-	etcdE    *etcdbridge.Embedded
-	procs    []*proc
-	cl       *transport.Client
+	dir   string
+	v     variant
+	etcdE *etcdbridge.Embedded
+	procs []*proc
+	cl    *transport.Client
 }
 
 type proc struct {
@@ -160,7 +161,7 @@ type proc struct {
 	http     string // with --profile: where the node serves /debug/pprof
 }
 
-func startLocal(ctx context.Context, cfg config, readMode string) (*localCluster, error) {
+func startLocal(ctx context.Context, cfg config, v variant) (*localCluster, error) {
 	if _, err := os.Stat(cfg.moonraftBin); err != nil {
 		return nil, fmt.Errorf("--local needs the moonraft binary (%v): run make build, or pass --moonraft-bin", err)
 	}
@@ -168,7 +169,7 @@ func startLocal(ctx context.Context, cfg config, readMode string) (*localCluster
 	if err != nil {
 		return nil, err
 	}
-	lc := &localCluster{dir: dir, readMode: readMode}
+	lc := &localCluster{dir: dir, v: v}
 	progressf("starting embedded etcd and three moonraft nodes (%s) in %s", lc.name(), dir)
 	if lc.etcdE, err = etcdbridge.StartEmbedded(filepath.Join(dir, "etcd"), "", ""); err != nil {
 		lc.close()
@@ -201,8 +202,11 @@ func startLocal(ctx context.Context, cfg config, readMode string) (*localCluster
 		p.Args = []string{"--id", p.id, "--data-dir", filepath.Join(dir, p.id), "--raft-addr", raftAddrs[p.id], "--grpc-addr", p.grpc,
 			"--bootstrap", "--peers", strings.Join(peers, ","),
 			"--etcd-endpoints", strings.Join(lc.etcdE.Endpoints(), ","), "--log-level", "warn"}
-		if readMode != "" {
-			p.Args = append(p.Args, "--read-mode", readMode)
+		if v.readMode != "" {
+			p.Args = append(p.Args, "--read-mode", v.readMode)
+		}
+		if v.logStore != "" {
+			p.Args = append(p.Args, "--raft-log-store", v.logStore)
 		}
 		if p.http != "" {
 			p.Args = append(p.Args, "--http-addr", p.http, "--pprof")
@@ -276,23 +280,34 @@ func (lc *localCluster) caughtUp(ctx context.Context, p *proc) error {
 	}
 }
 
-// name is "moonraft" at the default read mode, else says the mode.
+// name is "moonraft", followed by a read mode other than the default and
+// a log store asked for.
 func (lc *localCluster) name() string {
-	if lc.readMode == "" || lc.readMode == "lease" {
-		return "moonraft"
+	n := "moonraft"
+	if lc.v.readMode != "" && lc.v.readMode != "lease" {
+		n += "-" + lc.v.readMode
 	}
-	return "moonraft-" + lc.readMode
+	if lc.v.logStore != "" {
+		n += "-" + lc.v.logStore
+	}
+	return n
 }
 
 func (lc *localCluster) client() *transport.Client { return lc.cl }
 func (lc *localCluster) etcd() etcdLoad            { return embeddedEtcdLoad() }
 
-func (lc *localCluster) leaderProc(ctx context.Context) (*child.Proc, error) {
+func (lc *localCluster) serverProcs(ctx context.Context) ([]*child.Proc, error) {
 	l, err := lc.leader(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &l.Proc, nil
+	ps := []*child.Proc{&l.Proc}
+	for _, p := range lc.procs {
+		if p != l {
+			ps = append(ps, &p.Proc)
+		}
+	}
+	return ps, nil
 }
 
 func (lc *localCluster) positions(ctx context.Context) (uint64, []uint64, error) {
@@ -339,13 +354,28 @@ func mountFor(ctx context.Context, cl *transport.Client, clientID string) ([]fsm
 	return segs, nil
 }
 
-// profileLeader saves a CPU profile of the leader for d into path.
-func (lc *localCluster) profileLeader(ctx context.Context, d time.Duration, path string) error {
+// profileNodes saves a CPU profile of every node for d: the leader's into
+// prefix-leader.pprof, the followers' into prefix-follower-ID.pprof.
+func (lc *localCluster) profileNodes(ctx context.Context, d time.Duration, prefix string) error {
 	l, err := lc.leader(ctx)
 	if err != nil {
 		return err
 	}
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", l.http, int(d.Seconds()))
+	var wg sync.WaitGroup
+	errs := make([]error, len(lc.procs))
+	for i, p := range lc.procs {
+		path := prefix + "-follower-" + p.id + ".pprof"
+		if p == l {
+			path = prefix + "-leader.pprof"
+		}
+		wg.Go(func() { errs[i] = profileNode(ctx, p, d, path) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func profileNode(ctx context.Context, p *proc, d time.Duration, path string) error {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.http, int(d.Seconds()))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -356,7 +386,7 @@ func (lc *localCluster) profileLeader(ctx context.Context, d time.Duration, path
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("profile from %s: %s", l.id, resp.Status)
+		return fmt.Errorf("profile from %s: %s", p.id, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {

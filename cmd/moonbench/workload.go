@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/moonraft/moonraft/errcode"
@@ -224,6 +226,9 @@ type stepResult struct {
 	// per second per core); with --local only.
 	LeaderCPUSeconds   float64 `json:"leader_cpu_s,omitempty"`
 	OpsPerLeaderCPUSec float64 `json:"ops_per_leader_cpu_s,omitempty"`
+	// CPU microseconds per op of each process, the serving one first
+	// (moonraft's leader then followers; the primary then standbys).
+	CPUMicrosPerOp []float64 `json:"cpu_us_per_op,omitempty"`
 }
 
 // sweep runs every workload at every client count against sys.
@@ -369,10 +374,10 @@ func runStep(ctx context.Context, b *bench, sys system, name string, w workload,
 	var profDone chan error
 	if lc, ok := sys.(*localCluster); ok && b.cfg.profileDir != "" {
 		profDone = make(chan error, 1)
-		path := filepath.Join(b.cfg.profileDir, fmt.Sprintf("%s-%s-%d.pprof", sys.name(), name, clients))
-		go func() { profDone <- lc.profileLeader(ctx, max(b.cfg.duration, time.Second), path) }()
+		prefix := filepath.Join(b.cfg.profileDir, fmt.Sprintf("%s-%s-%d", sys.name(), name, clients))
+		go func() { profDone <- lc.profileNodes(ctx, max(b.cfg.duration, time.Second), prefix) }()
 	}
-	cpu := startLeaderCPU(ctx, sys)
+	cpu := startCPU(ctx, sys)
 	start := time.Now()
 	measuring.Store(true)
 	tick := time.NewTicker(500 * time.Millisecond)
@@ -391,7 +396,7 @@ func runStep(ctx context.Context, b *bench, sys system, name string, w workload,
 	tick.Stop()
 	measuring.Store(false)
 	elapsed := time.Since(start)
-	leaderCPU, cpuKnown := cpu()
+	cpuUsed, cpuKnown := cpu()
 	etcd1 := sys.etcd()
 	lcancel()
 	cancel()
@@ -418,34 +423,47 @@ func runStep(ctx context.Context, b *bench, sys system, name string, w workload,
 		res.EtcdBytesPer1kOps = (etcd1.bytes - etcd0.bytes) / float64(res.Ops) * 1000
 	}
 	res.LagP50Ms, res.LagP99Ms, res.LagSamples = ms(lag.p50), ms(lag.p99), lag.n
-	if cpuKnown && leaderCPU > 0 {
-		res.LeaderCPUSeconds = leaderCPU.Seconds()
+	if cpuKnown && cpuUsed[0] > 0 && res.Ops > 0 {
+		res.LeaderCPUSeconds = cpuUsed[0].Seconds()
 		res.OpsPerLeaderCPUSec = float64(res.Ops) / res.LeaderCPUSeconds
+		for _, c := range cpuUsed {
+			res.CPUMicrosPerOp = append(res.CPUMicrosPerOp, float64(c.Microseconds())/float64(res.Ops))
+		}
 	}
 	progressDone("%s: %.0f ops/s, p99 %.2f ms, %d errors, standby lag p99 %.1f ms", label, res.OpsPerSec, res.P99Ms, res.Errors, res.LagP99Ms)
 	return res, nil
 }
 
-// startLeaderCPU starts measuring the CPU time of the process serving
-// clients (a local cluster's leader, the baseline's primary); the returned
-// func says how much it used since (false when not known: a remote
-// cluster, or the leader changed or died meanwhile).
-func startLeaderCPU(ctx context.Context, sys system) func() (time.Duration, bool) {
-	none := func() (time.Duration, bool) { return 0, false }
-	l, err := sys.leaderProc(ctx)
-	if err != nil || l == nil {
+// startCPU starts measuring the CPU time of the system's processes (a
+// local cluster's nodes, the baseline's); the returned func says how much
+// each used since, the serving one first (false when not known: a remote
+// cluster, or the leader changed or a process died meanwhile).
+func startCPU(ctx context.Context, sys system) func() ([]time.Duration, bool) {
+	none := func() ([]time.Duration, bool) { return nil, false }
+	ps, err := sys.serverProcs(ctx)
+	if err != nil || len(ps) == 0 {
 		return none
 	}
-	c0, err := l.CPUTime()
-	if err != nil {
-		return none
-	}
-	return func() (time.Duration, bool) {
-		c1, err := l.CPUTime()
-		if now, lerr := sys.leaderProc(ctx); err != nil || lerr != nil || now != l {
-			return 0, false
+	c0 := make([]time.Duration, len(ps))
+	for i, p := range ps {
+		if c0[i], err = p.CPUTime(); err != nil {
+			return none
 		}
-		return c1 - c0, true
+	}
+	return func() ([]time.Duration, bool) {
+		now, err := sys.serverProcs(ctx)
+		if err != nil || len(now) == 0 || now[0] != ps[0] {
+			return nil, false
+		}
+		used := make([]time.Duration, len(ps))
+		for i, p := range ps {
+			c1, err := p.CPUTime()
+			if err != nil {
+				return nil, false
+			}
+			used[i] = c1 - c0[i]
+		}
+		return used, true
 	}
 }
 
@@ -502,19 +520,114 @@ func sampleLag(ctx context.Context, sys system) lagStats {
 	}
 }
 
-// failoverResult is the distribution of write gaps around leader kills.
+// failoverResult is the distribution of write gaps around kills of the
+// serving process, and the acknowledged writes the survivors do not have.
 type failoverResult struct {
+	System   string    `json:"system"`
 	Kills    int       `json:"kills"`
 	GapsMs   []float64 `json:"gaps_ms"`
 	P50Ms    float64   `json:"p50_ms"`
 	MaxMs    float64   `json:"max_ms"`
 	Clients  int       `json:"clients"`
 	Failures int64     `json:"failed_writes"`
+	Acked    int       `json:"acknowledged_writes"`
+	Lost     int       `json:"lost_writes"`
+}
+
+// failoverClients is the steady write load of a failover measurement.
+const failoverClients = 8
+
+// writeLoad is failoverClients writers of put pairs, each to the client
+// target returns at the time, recording every success.
+type writeLoad struct {
+	mu        sync.Mutex
+	successes []time.Time
+	acked     []string
+	failures  atomic.Int64
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+func startWriteLoad(ctx context.Context, b *bench, target func() *transport.Client) *writeLoad {
+	w := &writeLoad{}
+	lctx, stop := context.WithCancel(ctx)
+	w.stop = stop
+	for range failoverClients {
+		w.wg.Go(func() {
+			for lctx.Err() == nil {
+				key := b.newKey()
+				octx, cancel := context.WithTimeout(lctx, 500*time.Millisecond)
+				err := putPair(octx, target(), key, 4096)
+				cancel()
+				if err != nil {
+					w.failures.Add(1)
+					continue
+				}
+				w.mu.Lock()
+				w.successes = append(w.successes, time.Now())
+				w.acked = append(w.acked, key)
+				w.mu.Unlock()
+			}
+		})
+	}
+	return w
+}
+
+// finish stops the writers and fills in res from what they recorded and
+// the kills, counting the acknowledged keys cl does not have.
+func (w *writeLoad) finish(ctx context.Context, cl *transport.Client, kills []time.Time, res *failoverResult) error {
+	w.stop()
+	w.wg.Wait()
+	res.Kills, res.Clients = len(kills), failoverClients
+	res.GapsMs = append(res.GapsMs, failoverGaps(w.successes, kills)...)
+	res.Failures += w.failures.Load()
+	lost, err := countMissing(ctx, cl, w.acked)
+	if err != nil {
+		return err
+	}
+	res.Acked += len(w.acked)
+	res.Lost += lost
+	return nil
+}
+
+// countMissing asks cl which of keys do not exist.
+func countMissing(ctx context.Context, cl *transport.Client, keys []string) (int, error) {
+	missing := 0
+	for len(keys) > 0 {
+		n := min(len(keys), 1000)
+		var rs []transport.ExistResult
+		err := retryUntil(ctx, 10*time.Second, func(ctx context.Context) error {
+			var err error
+			rs, err = cl.BatchExistKey(ctx, keys[:n])
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("check acknowledged writes: %w", err)
+		}
+		for _, r := range rs {
+			if r.Err == nil && !r.Exists {
+				missing++
+			}
+		}
+		keys = keys[n:]
+	}
+	return missing, nil
+}
+
+func (res *failoverResult) summarize() {
+	g := slices.Clone(res.GapsMs)
+	slices.Sort(g)
+	if len(g) > 0 {
+		res.P50Ms, res.MaxMs = g[len(g)/2], g[len(g)-1]
+	}
+	progressDone("%s failover: %d kills, window without successful writes p50 %.0f ms, max %.0f ms; %d of %d acknowledged writes lost",
+		res.System, len(g), res.P50Ms, res.MaxMs, res.Lost, res.Acked)
 }
 
 // measureFailover kills the leader cfg.failover times under a steady write
-// load of 8 clients, restarting it each time, and measures each window
-// without a successful write that the kill caused (failoverGaps).
+// load, restarting it each time, and measures each window without a
+// successful write that the kill caused (failoverGaps); at the end it
+// counts the acknowledged writes the cluster does not have.
 func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failoverResult, error) {
 	b := &bench{cfg: cfg, cl: lc.cl, nonce: fmt.Sprintf("failover-%d", time.Now().UnixNano())}
 	segs, err := mountFor(ctx, b.cl, benchClient)
@@ -524,33 +637,8 @@ func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failov
 	kctx, kcancel := context.WithCancel(ctx)
 	keeper := b.cl.KeepAlive(kctx, benchClient, segs, 0)
 	defer func() { kcancel(); keeper.Stop() }()
-	const clients = 8
-	var (
-		mu        sync.Mutex
-		successes []time.Time
-		failures  atomic.Int64
-		wg        sync.WaitGroup
-	)
-	lctx, stop := context.WithCancel(ctx)
-	for c := 0; c < clients; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for lctx.Err() == nil {
-				octx, cancel := context.WithTimeout(lctx, 500*time.Millisecond)
-				err := putPair(octx, b.cl, b.newKey(), 4096)
-				cancel()
-				if err != nil {
-					failures.Add(1)
-					continue
-				}
-				mu.Lock()
-				successes = append(successes, time.Now())
-				mu.Unlock()
-			}
-		}()
-	}
-	res := &failoverResult{Kills: cfg.failover, Clients: clients}
+	load := startWriteLoad(ctx, b, func() *transport.Client { return b.cl })
+	res := &failoverResult{System: lc.name()}
 	var kills []time.Time
 	for i := 0; i < cfg.failover && ctx.Err() == nil; i++ {
 		time.Sleep(time.Second)
@@ -558,7 +646,7 @@ func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failov
 		if err != nil {
 			break
 		}
-		progressLive("failover %d/%d: killing %s", i+1, cfg.failover, l.id)
+		progressLive("%s failover %d/%d: killing %s", res.System, i+1, cfg.failover, l.id)
 		kills = append(kills, time.Now())
 		l.Kill()
 		if _, err := lc.leader(ctx); err != nil {
@@ -566,31 +654,86 @@ func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failov
 		}
 		time.Sleep(time.Second) // writes resume on the new leader
 		if err := l.Start(); err != nil {
-			stop()
-			wg.Wait()
+			load.stop()
+			load.wg.Wait()
 			return nil, err
 		}
 		// The next kill must find a whole cluster: a node still loading a
 		// large snapshot would leave the election without a quorum and
 		// measure the restart, not the failover.
 		if err := lc.caughtUp(ctx, l); err != nil {
-			stop()
-			wg.Wait()
+			load.stop()
+			load.wg.Wait()
 			return nil, err
 		}
 	}
 	time.Sleep(time.Second)
-	stop()
-	wg.Wait()
-	res.GapsMs = failoverGaps(successes, kills)
-	res.Failures = failures.Load()
-	g := slices.Clone(res.GapsMs)
-	slices.Sort(g)
-	if len(g) > 0 {
-		res.P50Ms, res.MaxMs = g[len(g)/2], g[len(g)-1]
+	if err := load.finish(ctx, b.cl, kills, res); err != nil {
+		return nil, err
 	}
-	progressDone("failover: %d kills, window without successful writes p50 %.0f ms, max %.0f ms", len(g), res.P50Ms, res.MaxMs)
+	res.summarize()
 	return res, nil
+}
+
+// measureBaselineFailover runs cfg.failover failovers of a baseline, each
+// on a fresh one: writers on the primary for two seconds, SIGKILL, the
+// first standby promoted (SIGUSR1: it catches up from etcd, then serves;
+// moonbench promotes at once, where a real deployment first waits for the
+// primary's etcd lease to expire, so the window is a lower bound), the
+// writers' client remounts its segments there and writes on; then the
+// acknowledged writes the promoted standby does not have are counted.
+func measureBaselineFailover(ctx context.Context, cfg config, mode string) (*failoverResult, error) {
+	res := &failoverResult{System: mode}
+	for i := 0; i < cfg.failover && ctx.Err() == nil; i++ {
+		progressLive("%s failover %d/%d", mode, i+1, cfg.failover)
+		if err := baselineFailoverOnce(ctx, cfg, mode, res); err != nil {
+			return nil, err
+		}
+	}
+	res.summarize()
+	return res, nil
+}
+
+func baselineFailoverOnce(ctx context.Context, cfg config, mode string, res *failoverResult) error {
+	base, err := openBaseline(ctx, cfg, mode)
+	if err != nil {
+		return err
+	}
+	defer base.close()
+	b := &bench{cfg: cfg, cl: base.cl, nonce: fmt.Sprintf("failover-%d", time.Now().UnixNano())}
+	if _, err := mountFor(ctx, base.cl, benchClient); err != nil {
+		return err
+	}
+	promoted, err := transport.Dial(transport.ClientConfig{Endpoints: base.addrs[1:2]})
+	if err != nil {
+		return err
+	}
+	defer promoted.Close()
+	var target atomic.Pointer[transport.Client]
+	target.Store(base.cl)
+	load := startWriteLoad(ctx, b, target.Load)
+	time.Sleep(2 * time.Second)
+	kill := time.Now()
+	base.primary.Kill()
+	base.standbys[0].Signal(syscall.SIGUSR1)
+	err = retryUntil(ctx, 30*time.Second, func(ctx context.Context) error {
+		st, err := promoted.Progress(ctx, base.addrs[1])
+		if err == nil && st.Role != "leader" {
+			err = errors.New("not promoted yet")
+		}
+		return err
+	})
+	if err == nil {
+		_, err = mountFor(ctx, promoted, benchClient) // as the client's keep-alive would on NEED_REMOUNT
+	}
+	if err != nil {
+		load.stop()
+		load.wg.Wait()
+		return fmt.Errorf("%s: promote the standby: %w", mode, err)
+	}
+	target.Store(promoted)
+	time.Sleep(2 * time.Second)
+	return load.finish(ctx, promoted, []time.Time{kill}, res)
 }
 
 // failoverGaps returns, for each kill, the longest stretch without a
