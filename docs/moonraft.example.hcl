@@ -75,8 +75,8 @@ high-watermark = 0.95
 eviction-ratio = 0.05
 
 # ---- Raft ------------------------------------------------------------------
-heartbeat-timeout  = "500ms"          # raise both on a WAN or a busy host
-election-timeout   = "500ms"
+heartbeat-timeout  = "300ms"          # raise both on a WAN or a busy host
+election-timeout   = "300ms"          # (docs/OPERATIONS.md, "Timeouts")
 # Reads: "lease" answers from the leader's memory under a read lease a quorum
 # confirmed (at most 90% of heartbeat-timeout; 0 takes that); "quorum" waits
 # for a quorum round per read. Every node must run the same heartbeat-timeout.

@@ -80,8 +80,10 @@ type Config struct {
 	Params fsm.Params    // applied cluster-wide when this node becomes leader
 	Tick   time.Duration // how often the leader proposes a Tick
 
-	HeartbeatTimeout   time.Duration
-	ElectionTimeout    time.Duration
+	HeartbeatTimeout time.Duration
+	ElectionTimeout  time.Duration
+	// LeaderLeaseTimeout: a leader without contact from a quorum this
+	// long steps down; 0 takes half the heartbeat timeout.
 	LeaderLeaseTimeout time.Duration
 
 	// ReadMode is how the leader makes reads linearizable: ReadLease
@@ -114,18 +116,17 @@ type Config struct {
 // DefaultConfig returns DESIGN.md's defaults with timeouts tuned for a LAN.
 func DefaultConfig() Config {
 	return Config{
-		ClusterID:          "mooncake_cluster",
-		Params:             fsm.DefaultParams(),
-		Tick:               100 * time.Millisecond,
-		HeartbeatTimeout:   500 * time.Millisecond,
-		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
-		ReadMode:           ReadLease,
-		SnapshotInterval:   30 * time.Second,
-		SnapshotThreshold:  16384,
-		SnapshotRetain:     2,
-		ExportRenewals:     true,
-		OplogRetain:        10_000,
+		ClusterID:         "mooncake_cluster",
+		Params:            fsm.DefaultParams(),
+		Tick:              100 * time.Millisecond,
+		HeartbeatTimeout:  300 * time.Millisecond,
+		ElectionTimeout:   300 * time.Millisecond,
+		ReadMode:          ReadLease,
+		SnapshotInterval:  30 * time.Second,
+		SnapshotThreshold: 16384,
+		SnapshotRetain:    2,
+		ExportRenewals:    true,
+		OplogRetain:       10_000,
 	}
 }
 

@@ -238,6 +238,9 @@ func (n *Node) startRaft(ctx context.Context) error {
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
 	rc.ElectionTimeout = cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	if rc.LeaderLeaseTimeout == 0 {
+		rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
+	}
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.NotifyCh = n.notifyCh

@@ -51,9 +51,10 @@ for k in $(seq 1 "$KILLS"); do
   gaps+=("$gap")
   echo "kill $k/$KILLS: n$l killed, a fresh moonctl put succeeded after $gap ms"
   start_node "$l"
-  # Caught up: the restarted node shows the leader's applied index.
+  # Caught up: all three answer with the same applied OpLog seq.
   for _ in $(seq 1 150); do
-    [ "$(ctl --timeout 1s status 2>/dev/null | awk 'NR > 1 && $7 ~ /^[0-9]+$/ { print $7 }' | sort -u | wc -l)" = 1 ] && break
+    seqs=$(ctl --timeout 1s status 2>/dev/null | awk 'NR > 1 { print $(NF-4) }')
+    [ "$(echo "$seqs" | wc -l)" = 3 ] && [ "$(echo "$seqs" | sort -u | wc -l)" = 1 ] && break
     sleep 0.2
   done
 done

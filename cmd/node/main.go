@@ -180,9 +180,6 @@ func (o *options) finish(a finishArgs) error {
 	cfg.Params.ClientTTLMs = a.clientTTL.Milliseconds()
 	cfg.Params.HighWatermarkPPM = uint64(a.highWatermark*1e6 + 0.5)
 	cfg.Params.EvictionRatioPPM = uint64(a.evictionRatio*1e6 + 0.5)
-	if cfg.LeaderLeaseTimeout > cfg.HeartbeatTimeout {
-		cfg.LeaderLeaseTimeout = cfg.HeartbeatTimeout
-	}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "moonraft", Level: hclog.LevelFromString(a.logLevel)})
 	return nil
 }

@@ -29,7 +29,7 @@ const failpointStallLog = "failpoint-stall-log"
 // key is removed there; reads keep going to the old leader. A read started
 // after the removal was acknowledged that still finds the key is stale.
 // With the default lease (90% of the heartbeat timeout) there must be none:
-// the lease is over before the followers can elect. With a lease of three
+// the lease is over before the followers can elect. With a lease of five
 // heartbeat timeouts (--unsafe-read-lease) the same rounds must show them.
 func TestStaleReadsNeedAnOverlongLease(t *testing.T) {
 	if testing.Short() {
@@ -46,8 +46,8 @@ func TestStaleReadsNeedAnOverlongLease(t *testing.T) {
 		args      []string
 		wantStale bool
 	}{
-		{"default lease", 450 * time.Millisecond, nil, false},
-		{"lease of three heartbeat timeouts", 1500 * time.Millisecond, []string{"--read-lease", "1500ms", "--unsafe-read-lease"}, true},
+		{"default lease", 270 * time.Millisecond, nil, false},
+		{"lease of five heartbeat timeouts", 1500 * time.Millisecond, []string{"--read-lease", "1500ms", "--unsafe-read-lease"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
