@@ -166,3 +166,41 @@ func TestLogStoreMonotonicThroughWrappers(t *testing.T) {
 		require.NoError(t, s.Close())
 	}
 }
+
+// TestLogStoreReopensAfterTailTruncation: a follower whose log conflicts
+// with a new leader's drops its tail ("clearing log suffix"), then is
+// killed and restarted. raft-wal v0.4.0 marked the tail segment sealed
+// without writing its index, and every later read of it failed ("sealed
+// segment has no index block": a node in a crash loop, found by the fault
+// suite); fixed in v0.4.1 (hashicorp/raft-wal#31).
+func TestLogStoreReopensAfterTailTruncation(t *testing.T) {
+	for _, ls := range []LogStore{LogStoreWAL, LogStoreBoltDB} {
+		t.Run(string(ls), func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := openLogStore(dir, ls, hclog.NewNullLogger())
+			require.NoError(t, err)
+			var logs []*raft.Log
+			for i := uint64(1); i <= 100; i++ {
+				logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte(fmt.Sprint(i))})
+			}
+			require.NoError(t, s.StoreLogs(logs))
+			require.NoError(t, s.DeleteRange(91, 100)) // the conflicting suffix
+			require.NoError(t, s.StoreLog(&raft.Log{Index: 91, Term: 2, Type: raft.LogCommand, Data: []byte("new")}))
+			require.NoError(t, s.Close()) // killed here in the fault run: no clean shutdown needed either
+
+			s, err = openLogStore(dir, ls, hclog.NewNullLogger())
+			require.NoError(t, err)
+			defer s.Close()
+			last, err := s.LastIndex()
+			require.NoError(t, err)
+			assert.Equal(t, uint64(91), last)
+			for i := uint64(1); i <= 91; i++ {
+				var l raft.Log
+				require.NoError(t, s.GetLog(i, &l), "index %d", i)
+			}
+			var l raft.Log
+			require.NoError(t, s.GetLog(91, &l))
+			assert.Equal(t, uint64(2), l.Term)
+		})
+	}
+}
