@@ -38,6 +38,9 @@ const (
 	dataDirLock = "LOCK"
 )
 
+// storeName is where each store lives in the data dir.
+var storeName = map[LogStore]string{LogStoreBoltDB: raftDB, LogStoreWAL: walDir}
+
 // raftStore is one Raft log and stable store.
 type raftStore interface {
 	raft.LogStore
@@ -58,7 +61,7 @@ func ParseLogStore(s string) (LogStore, error) {
 // DetectLogStore says which log store dataDir holds ("" for none).
 func DetectLogStore(dataDir string) (LogStore, error) {
 	var found []LogStore
-	for ls, name := range map[LogStore]string{LogStoreBoltDB: raftDB, LogStoreWAL: walDir} {
+	for ls, name := range storeName {
 		if _, err := os.Stat(filepath.Join(dataDir, name)); err == nil {
 			found = append(found, ls)
 		} else if !errors.Is(err, os.ErrNotExist) {
@@ -228,12 +231,11 @@ func MigrateLogStore(ctx context.Context, dataDir string, to LogStore) (uint64, 
 	if err != nil {
 		return 0, errcode.New(errcode.FileWriteFail, "migrate %s to %s: %v", from, to, err)
 	}
-	name := map[LogStore]string{LogStoreBoltDB: raftDB, LogStoreWAL: walDir}
-	if err := os.Rename(filepath.Join(tmp, name[to]), filepath.Join(dataDir, name[to])); err != nil {
+	if err := os.Rename(filepath.Join(tmp, storeName[to]), filepath.Join(dataDir, storeName[to])); err != nil {
 		return 0, errcode.New(errcode.FileWriteFail, "migrate: move the new store into place: %v", err)
 	}
-	if err := os.RemoveAll(filepath.Join(dataDir, name[from])); err != nil {
-		return 0, errcode.New(errcode.FileWriteFail, "migrate: the %s store is in place; remove the old %s by hand: %v", to, name[from], err)
+	if err := os.RemoveAll(filepath.Join(dataDir, storeName[from])); err != nil {
+		return 0, errcode.New(errcode.FileWriteFail, "migrate: the %s store is in place; remove the old %s by hand: %v", to, storeName[from], err)
 	}
 	return n, nil
 }

@@ -194,3 +194,15 @@ func testConfig(t *testing.T) config {
 	require.NoError(t, err)
 	return config{workloads: []string{"put"}, clients: []int{4}, duration: time.Second, warmup: 200 * time.Millisecond, batch: 8, keys: 10, benchBin: self}
 }
+
+// A baseline's failovers run one per fresh baseline into one result: the
+// kills add up.
+func TestFailoverResultAccumulates(t *testing.T) {
+	res := &failoverResult{System: baselineAsync}
+	for range 2 {
+		w := &writeLoad{stop: func() {}}
+		require.NoError(t, w.finish(context.Background(), nil, []time.Time{time.Now()}, res))
+	}
+	assert.Equal(t, 2, res.Kills)
+	assert.Equal(t, failoverClients, res.Clients)
+}

@@ -573,12 +573,18 @@ func startWriteLoad(ctx context.Context, b *bench, target func() *transport.Clie
 	return w
 }
 
+// abort stops the writers.
+func (w *writeLoad) abort() {
+	w.stop()
+	w.wg.Wait()
+}
+
 // finish stops the writers and fills in res from what they recorded and
 // the kills, counting the acknowledged keys cl does not have.
 func (w *writeLoad) finish(ctx context.Context, cl *transport.Client, kills []time.Time, res *failoverResult) error {
-	w.stop()
-	w.wg.Wait()
-	res.Kills, res.Clients = len(kills), failoverClients
+	w.abort()
+	res.Kills += len(kills) // finish may run once per kill (a fresh baseline each)
+	res.Clients = failoverClients
 	res.GapsMs = append(res.GapsMs, failoverGaps(w.successes, kills)...)
 	res.Failures += w.failures.Load()
 	lost, err := countMissing(ctx, cl, w.acked)
@@ -604,8 +610,11 @@ func countMissing(ctx context.Context, cl *transport.Client, keys []string) (int
 		if err != nil {
 			return 0, fmt.Errorf("check acknowledged writes: %w", err)
 		}
-		for _, r := range rs {
-			if r.Err == nil && !r.Exists {
+		for i, r := range rs {
+			if r.Err != nil {
+				return 0, fmt.Errorf("check acknowledged write %s: %w", keys[i], r.Err)
+			}
+			if !r.Exists {
 				missing++
 			}
 		}
@@ -654,16 +663,14 @@ func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failov
 		}
 		time.Sleep(time.Second) // writes resume on the new leader
 		if err := l.Start(); err != nil {
-			load.stop()
-			load.wg.Wait()
+			load.abort()
 			return nil, err
 		}
 		// The next kill must find a whole cluster: a node still loading a
 		// large snapshot would leave the election without a quorum and
 		// measure the restart, not the failover.
 		if err := lc.caughtUp(ctx, l); err != nil {
-			load.stop()
-			load.wg.Wait()
+			load.abort()
 			return nil, err
 		}
 	}
@@ -727,8 +734,7 @@ func baselineFailoverOnce(ctx context.Context, cfg config, mode string, res *fai
 		_, err = mountFor(ctx, promoted, benchClient) // as the client's keep-alive would on NEED_REMOUNT
 	}
 	if err != nil {
-		load.stop()
-		load.wg.Wait()
+		load.abort()
 		return fmt.Errorf("%s: promote the standby: %w", mode, err)
 	}
 	target.Store(promoted)
