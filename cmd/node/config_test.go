@@ -110,3 +110,27 @@ func TestEtcdTLSDefaultsToNodeTLS(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, o.cfg.Etcd.TLS, "plaintext etcd stays plaintext")
 }
+
+// --raft-log-store: empty leaves the choice to the data dir, a name is
+// passed on, anything else is refused before the node starts.
+func TestRaftLogStoreFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want node.LogStore
+		err  string
+	}{
+		{nil, "", ""},
+		{[]string{"--raft-log-store", "boltdb"}, node.LogStoreBoltDB, ""},
+		{[]string{"--raft-log-store=wal"}, node.LogStoreWAL, ""},
+		{[]string{"--raft-log-store", "rocksdb"}, "", "want wal or boltdb"},
+	} {
+		o, err := parseArgs(append([]string{"--id", "n0", "--data-dir", t.TempDir()}, tc.args...))
+		if tc.err != "" {
+			assert.ErrorContains(t, err, tc.err, "%v", tc.args)
+			assert.Equal(t, errcode.InvalidParams, errcode.Of(err))
+			continue
+		}
+		require.NoError(t, err, "%v", tc.args)
+		assert.Equal(t, tc.want, o.cfg.RaftLogStore, "%v", tc.args)
+	}
+}
