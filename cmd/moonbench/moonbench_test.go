@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,4 +206,23 @@ func TestFailoverResultAccumulates(t *testing.T) {
 	}
 	assert.Equal(t, 2, res.Kills)
 	assert.Equal(t, failoverClients, res.Clients)
+}
+
+// stuckStandby is a system whose leader moves on while its standby stays
+// where it started.
+type stuckStandby struct {
+	system
+	leader atomic.Uint64
+}
+
+func (s *stuckStandby) positions(context.Context) (uint64, []uint64, error) {
+	return s.leader.Add(1), []uint64{0}, nil
+}
+
+func TestLagOfAStandbyThatNeverCatchesUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	lag := sampleLag(ctx, &stuckStandby{})
+	require.Positive(t, lag.n, "positions the standby never reached are samples too")
+	assert.GreaterOrEqual(t, lag.p99, 200*time.Millisecond, "at least the age of the oldest unreached position")
 }

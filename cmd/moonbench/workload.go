@@ -482,7 +482,10 @@ type lagStats struct {
 }
 
 // sampleLag measures, every 10 ms, how long after the leader reached a
-// position each standby reaches it (resolution ±10 ms).
+// position each standby reaches it (resolution ±10 ms). A position a
+// standby has not reached by the end counts with its age then: a lower
+// bound, but a standby that never catches up must not look like one
+// without lag.
 func sampleLag(ctx context.Context, sys system) lagStats {
 	type mark struct {
 		pos uint64
@@ -495,6 +498,12 @@ func sampleLag(ctx context.Context, sys system) lagStats {
 	for {
 		select {
 		case <-ctx.Done():
+			end := time.Now()
+			for _, marks := range pending {
+				for _, m := range marks {
+					lags = append(lags, end.Sub(m.at))
+				}
+			}
 			slices.Sort(lags)
 			return lagStats{quantile(lags, 0.5), quantile(lags, 0.99), len(lags)}
 		case <-t.C:
@@ -655,7 +664,7 @@ func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failov
 		if err != nil {
 			break
 		}
-		progressLive("%s failover %d/%d: killing %s", res.System, i+1, cfg.failover, l.id)
+		progressf("%s failover %d/%d: killing %s", res.System, i+1, cfg.failover, l.id)
 		kills = append(kills, time.Now())
 		l.Kill()
 		if _, err := lc.leader(ctx); err != nil {
@@ -692,7 +701,7 @@ func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failov
 func measureBaselineFailover(ctx context.Context, cfg config, mode string) (*failoverResult, error) {
 	res := &failoverResult{System: mode}
 	for i := 0; i < cfg.failover && ctx.Err() == nil; i++ {
-		progressLive("%s failover %d/%d", mode, i+1, cfg.failover)
+		progressf("%s failover %d/%d", mode, i+1, cfg.failover)
 		if err := baselineFailoverOnce(ctx, cfg, mode, res); err != nil {
 			return nil, err
 		}
