@@ -271,6 +271,10 @@ func corrupt(format string, args ...any) error {
 }
 
 func (rs *restorer) record(name string, data []byte) error {
+	if !slices.Contains(sectionOrder, name) {
+		return errcode.New(errcode.InvalidVersion,
+			"snapshot section %q is unknown to this build: the snapshot was written by a newer moonraft; restore it with that release", name)
+	}
 	if rs.section < 0 || sectionOrder[rs.section] != name {
 		// The reader only shows records, so an empty section is simply
 		// skipped; the ones that appear must keep the canonical order.

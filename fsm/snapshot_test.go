@@ -234,13 +234,21 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 			require.NoError(t, w.Close())
 			return buf.Bytes()
 		}, errcode.FileReadFail},
-		{"unknown section", func() []byte {
+		{"unknown empty section", func() []byte {
 			var buf bytes.Buffer
 			w, _ := snapshots.NewWriter(&buf, snapshots.Header{})
 			require.NoError(t, w.Section("extra"))
 			require.NoError(t, w.Close())
 			return buf.Bytes()
 		}, errcode.FileReadFail},
+		{"section of a newer release", func() []byte {
+			var buf bytes.Buffer
+			w, _ := snapshots.NewWriter(&buf, snapshots.Header{})
+			require.NoError(t, w.Section("extra"))
+			require.NoError(t, w.Record([]byte{1}))
+			require.NoError(t, w.Close())
+			return buf.Bytes()
+		}, errcode.InvalidVersion},
 		{"malformed record", func() []byte {
 			var buf bytes.Buffer
 			w, _ := snapshots.NewWriter(&buf, snapshots.Header{})

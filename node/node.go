@@ -72,6 +72,9 @@ type Node struct {
 	wg           sync.WaitGroup
 	closed       atomic.Bool
 	raftDown     chan struct{} // closed once Raft has shut down
+	halted       chan struct{} // closed when the state machine stops applying
+	haltOnce     sync.Once
+	haltErr      error
 }
 
 const (
@@ -116,6 +119,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		notifyCh:     make(chan bool, 16),
 		leaderSignal: newLeaderSignal(),
 		raftDown:     make(chan struct{}),
+		halted:       make(chan struct{}),
 	}
 	// Raft is started below; the rounds only run once it is.
 	n.leadership = &leadership{
@@ -136,6 +140,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	// A state replaced under the reads is not one a lease read may trust
 	// (SnapshotRestore also suspends the lease before it starts).
 	n.sm.onRestore = n.leadership.drop
+	n.sm.onHalt = func(err error) {
+		n.haltOnce.Do(func() {
+			n.log.Error("stopped applying the Raft log", "error", err)
+			n.haltErr = err
+			close(n.halted)
+		})
+	}
 	n.sm.onSnapshot = func(s snapshotDone) {
 		select {
 		case n.snapCh <- s:
@@ -308,6 +319,20 @@ func (n *Node) closeStores() {
 	}
 	if n.store != nil {
 		_ = n.store.Close()
+	}
+}
+
+// Halted is closed when the node stopped applying the Raft log (HaltErr
+// says why): it can no longer serve and its owner should Close it.
+func (n *Node) Halted() <-chan struct{} { return n.halted }
+
+// HaltErr is why the node halted; nil before Halted is closed.
+func (n *Node) HaltErr() error {
+	select {
+	case <-n.halted:
+		return n.haltErr
+	default:
+		return nil
 	}
 }
 

@@ -547,3 +547,42 @@ func TestRaftErrShutdownAfterProposal(t *testing.T) {
 	assert.Empty(t, p.Digest, "Progress skips the digests")
 	assert.Equal(t, nd.Status().AppliedIndex, p.AppliedIndex)
 }
+
+// TestHaltOnEntryFromNewerRelease: a committed entry this build cannot
+// decode (a command of a newer leader) stops every node that meets it —
+// it applies nothing after it, takes no snapshot, and says what to do —
+// and a restart on the same build stops at the same entry again.
+func TestHaltOnEntryFromNewerRelease(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	put(t, c.nodes[l], "before")
+	c.converged()
+	unknown := []byte{0x7e, 1, 2, 3} // a type this build does not know, without the ignorable bit
+	require.NoError(t, c.nodes[l].raft.Apply(unknown, 5*time.Second).Error())
+	for i, nd := range c.nodes {
+		select {
+		case <-nd.Halted():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("node %d did not halt", i)
+		}
+		err := nd.HaltErr()
+		assert.Equal(t, errcode.InvalidVersion, errcode.Of(err), "node %d", i)
+		assert.Contains(t, err.Error(), "run the release the leader runs")
+	}
+	halted := c.nodes[l].Status().AppliedIndex
+	f := c.nodes[l].raft.Apply(fsm.Encode(&fsm.RemoveAll{NowMs: time.Now().UnixMilli(), Force: true}), 5*time.Second)
+	require.NoError(t, f.Error(), "Raft still commits")
+	assert.Equal(t, errcode.InvalidVersion, errcode.Of(f.Response().(fsm.Result).Err), "but the entry is not applied")
+	assert.Equal(t, halted, c.nodes[l].Status().AppliedIndex)
+	assert.Equal(t, 1, int(c.nodes[l].Status().Objects), "the state stays where it stopped")
+	assert.Error(t, c.nodes[l].raft.Snapshot().Error(), "no snapshot of a halted state")
+
+	c.stop(l)
+	c.start(l)
+	select {
+	case <-c.nodes[l].Halted():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a restarted node skipped the entry it cannot apply")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
+	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/snapshots"
 )
@@ -26,6 +27,13 @@ type stateMachine struct {
 	onPromote  func()
 	onSnapshot func(snapshotDone)
 	onRestore  func()
+	// onHalt says this node stopped applying (see halt); it must not block.
+	onHalt func(error)
+	// halt is why this node stopped applying: a log entry it cannot decode,
+	// most likely a command of a newer release. Applying around it would
+	// leave this node's state different from the others', so it applies
+	// nothing more and takes no snapshot; its owner stops the process.
+	halt error
 
 	appliedIndex atomic.Uint64
 	appliedTerm  atomic.Uint64
@@ -40,9 +48,25 @@ func newStateMachine(clusterID, nodeID string, now func() int64) *stateMachine {
 func (s *stateMachine) Apply(l *raft.Log) any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.halt != nil {
+		return fsm.Result{Err: s.halt}
+	}
 	var r fsm.Result
 	if l.Type == raft.LogCommand {
-		r = s.f.Apply(l.Data)
+		c, err := fsm.Decode(l.Data)
+		if err != nil {
+			s.halt = errcode.New(errcode.InvalidVersion,
+				"raft log entry %d (term %d) cannot be applied by this build: %v; "+
+					"this node stopped applying so it cannot differ from the others: "+
+					"run the release the leader runs and restart it", l.Index, l.Term, err)
+			if s.onHalt != nil {
+				s.onHalt(s.halt)
+			}
+			return fsm.Result{Err: s.halt}
+		}
+		if c != nil {
+			r = s.f.ApplyCommand(c)
+		}
 		if r.Evicted > 0 {
 			s.evicted.Add(r.Evicted)
 		}
@@ -63,6 +87,9 @@ func (s *stateMachine) Apply(l *raft.Log) any {
 func (s *stateMachine) Snapshot() (raft.FSMSnapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.halt != nil {
+		return nil, s.halt
+	}
 	snap := s.f.Snapshot()
 	return &fsmSnapshot{
 		done: s.onSnapshot,

@@ -226,7 +226,15 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-n.Halted():
+		// Nothing to hand over: this node cannot apply what the others do.
+		if err := n.Close(); err != nil {
+			cfg.Logger.Warn("close after halt", "error", err)
+		}
+		return n.HaltErr()
+	}
 	// A stopping leader hands over first so clients see no election gap.
 	tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
