@@ -33,6 +33,7 @@ const (
 	ObjectNotFound             Code = -704
 	ObjectAlreadyExists        Code = -705
 	ObjectHasLease             Code = -706
+	ObjectReplicaBusy          Code = -714
 	ChecksumMismatch           Code = -801
 	EtcdOperationError         Code = -1000
 	EtcdKeyNotExist            Code = -1001
@@ -80,6 +81,7 @@ var names = map[Code]string{
 	ObjectNotFound:             "OBJECT_NOT_FOUND",
 	ObjectAlreadyExists:        "OBJECT_ALREADY_EXISTS",
 	ObjectHasLease:             "OBJECT_HAS_LEASE",
+	ObjectReplicaBusy:          "OBJECT_REPLICA_BUSY",
 	ChecksumMismatch:           "CHECKSUM_MISMATCH",
 	EtcdOperationError:         "ETCD_OPERATION_ERROR",
 	EtcdKeyNotExist:            "ETCD_KEY_NOT_EXIST",

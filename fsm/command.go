@@ -25,6 +25,9 @@ const (
 	CmdPromote         CmdType = 11
 	CmdExported        CmdType = 12
 	CmdBatch           CmdType = 13
+	CmdUpsertStart     CmdType = 14
+	CmdGracefulUnmount CmdType = 15
+	CmdDrainSegments   CmdType = 16
 
 	// IgnoreUnknownFlag marks a command an older node may skip if it does
 	// not know the type (Consul's pattern, for rolling upgrades): a newer
@@ -143,22 +146,46 @@ type Exported struct {
 	Seq uint64
 }
 
-// Batch carries client writes (PutStart, PutEnd, PutRevoke) applied in
-// order in one log entry, each with its own result: one Raft round trip for
-// a whole batch RPC.
+// Batch carries client writes (puts, upserts, removes) applied in order in
+// one log entry, each with its own result: one Raft round trip for a whole
+// batch RPC.
 type Batch struct {
 	Cmds []Command
 }
 
-// Batchable reports whether c may go in a Batch: the puts only. Removals
-// need the leader's lease flush first, and nothing time-driven belongs in a
-// client batch.
+// Batchable reports whether c may go in a Batch: the per-key client writes.
+// Nothing time-driven belongs in a client batch. (UpsertStart and Remove
+// check leases: the leader flushes renewals before proposing them.)
 func Batchable(c Command) bool {
 	switch c.(type) {
-	case *PutStart, *PutEnd, *PutRevoke:
+	case *PutStart, *PutEnd, *PutRevoke, *UpsertStart, *Remove:
 		return true
 	}
 	return false
+}
+
+// UpsertStart puts Key if it is absent and overwrites it if present
+// (Mooncake's UpsertStart); its fields are PutStart's. UpsertEnd and
+// UpsertRevoke are PutEnd and PutRevoke, as in Mooncake.
+type UpsertStart struct {
+	PutStart
+}
+
+// GracefulUnmount stops new allocations on a segment at once and unmounts
+// it once nothing on it is leased or being written, or GraceMs after this
+// command at the latest (DrainSegments does it).
+type GracefulUnmount struct {
+	NowMs     int64
+	ClientID  string
+	SegmentID string
+	GraceMs   int64
+}
+
+// DrainSegments unmounts every draining segment that is idle or past its
+// deadline. The leader proposes it while segments drain, with every lease
+// a read returned flushed into the log first, as for an evicting Tick.
+type DrainSegments struct {
+	NowMs int64
 }
 
 func (*MountSegment) Type() CmdType    { return CmdMountSegment }
@@ -174,6 +201,9 @@ func (*Tick) Type() CmdType            { return CmdTick }
 func (*Promote) Type() CmdType         { return CmdPromote }
 func (*Exported) Type() CmdType        { return CmdExported }
 func (*Batch) Type() CmdType           { return CmdBatch }
+func (*UpsertStart) Type() CmdType     { return CmdUpsertStart }
+func (*GracefulUnmount) Type() CmdType { return CmdGracefulUnmount }
+func (*DrainSegments) Type() CmdType   { return CmdDrainSegments }
 
 func (s *SegmentSpec) encode(e *enc) {
 	e.str(s.ID)
@@ -333,6 +363,23 @@ func (c *Promote) decode(d *dec) {
 	c.Params.decode(d)
 }
 
+func (c *GracefulUnmount) encode(e *enc) {
+	e.i64(c.NowMs)
+	e.str(c.ClientID)
+	e.str(c.SegmentID)
+	e.i64(c.GraceMs)
+}
+
+func (c *GracefulUnmount) decode(d *dec) {
+	c.NowMs = d.i64()
+	c.ClientID = d.str()
+	c.SegmentID = d.str()
+	c.GraceMs = d.i64()
+}
+
+func (c *DrainSegments) encode(e *enc) { e.i64(c.NowMs) }
+func (c *DrainSegments) decode(d *dec) { c.NowMs = d.i64() }
+
 func (c *Exported) encode(e *enc) { e.u64(c.Seq) }
 func (c *Exported) decode(d *dec) { c.Seq = d.u64() }
 
@@ -352,7 +399,7 @@ func (c *Batch) decode(d *dec) {
 		}
 		cmd, err := Decode(b)
 		if err == nil && (cmd == nil || !Batchable(cmd)) {
-			err = errcode.New(errcode.InvalidParams, "a batch holds only PutStart, PutEnd and PutRevoke (item %d)", i)
+			err = errcode.New(errcode.InvalidParams, "a batch holds only PutStart, PutEnd, PutRevoke, UpsertStart and Remove (item %d)", i)
 		}
 		if err != nil {
 			d.fail("item %d: %v", i, err)
@@ -392,6 +439,12 @@ func newCommand(t CmdType) Command {
 		return &Exported{}
 	case CmdBatch:
 		return &Batch{}
+	case CmdUpsertStart:
+		return &UpsertStart{}
+	case CmdGracefulUnmount:
+		return &GracefulUnmount{}
+	case CmdDrainSegments:
+		return &DrainSegments{}
 	}
 	return nil
 }
@@ -441,6 +494,9 @@ var cmdNames = [...]string{
 	CmdPromote:         "Promote",
 	CmdExported:        "Exported",
 	CmdBatch:           "Batch",
+	CmdUpsertStart:     "UpsertStart",
+	CmdGracefulUnmount: "GracefulUnmount",
+	CmdDrainSegments:   "DrainSegments",
 }
 
 func (t CmdType) String() string {

@@ -84,12 +84,14 @@ func TestDeterminism(t *testing.T) {
 		}
 	}
 	for _, typ := range []CmdType{CmdMountSegment, CmdUnmountSegment, CmdRemountSegments, CmdPutStart, CmdPutEnd,
-		CmdPutRevoke, CmdRemove, CmdRemoveByRegex, CmdRemoveAll, CmdTick, CmdPromote, CmdExported, CmdBatch} {
+		CmdPutRevoke, CmdRemove, CmdRemoveByRegex, CmdRemoveAll, CmdTick, CmdPromote, CmdExported, CmdBatch,
+		CmdUpsertStart, CmdGracefulUnmount, CmdDrainSegments} {
 		o := seen[typ]
 		require.NotNil(t, o, "%v never generated", typ)
 		require.Positive(t, o.ok, "%v never succeeded", typ)
 	}
-	for _, typ := range []CmdType{CmdMountSegment, CmdUnmountSegment, CmdPutStart, CmdPutEnd, CmdPutRevoke, CmdRemove} {
+	for _, typ := range []CmdType{CmdMountSegment, CmdUnmountSegment, CmdPutStart, CmdPutEnd, CmdPutRevoke, CmdRemove,
+		CmdUpsertStart, CmdGracefulUnmount} {
 		require.Positive(t, seen[typ].failed, "%v never failed", typ)
 	}
 	require.Positive(t, evicted, "no eviction happened")

@@ -40,6 +40,10 @@ type segment struct {
 	id, name, clientID string
 	base, size         uint64
 	alloc              *allocator
+	// draining: a graceful unmount is under way; no new allocations, and
+	// DrainSegments unmounts it once idle or at drainUntilMs.
+	draining     bool
+	drainUntilMs int64
 }
 
 type buffer struct {
@@ -67,6 +71,11 @@ type object struct {
 type objItem struct {
 	key string
 	obj *object
+}
+
+type discard struct {
+	releaseMs int64
+	replicas  []replica
 }
 
 type procItem struct {
@@ -108,6 +117,13 @@ type FSM struct {
 	objects    *btree.BTreeG[objItem]
 	tombstones *btree.BTreeG[tombstone]
 	ring       []oplog.Entry
+	// replaced holds the old replicas of a size-changing upsert in
+	// progress, released at its UpsertEnd (or when the write goes).
+	replaced map[string][]replica
+	// discarded holds the buffers of writes an upsert preempted: their
+	// writer may still be writing, so they return to the allocator only at
+	// releaseMs (Mooncake's discarded_replicas_).
+	discarded []discard
 
 	// Derived indexes, rebuilt on restore and not part of the digest.
 	processing *btree.BTreeG[procItem]
@@ -124,6 +140,7 @@ func New() *FSM {
 		deadlines:  lease.NewDeadlineHeap(),
 		objects:    btree.NewG(btreeDegree, func(a, b objItem) bool { return a.key < b.key }),
 		tombstones: btree.NewG(btreeDegree, func(a, b tombstone) bool { return a.key < b.key }),
+		replaced:   map[string][]replica{},
 		processing: btree.NewG(btreeDegree, lessProc),
 	}
 }
@@ -195,6 +212,12 @@ func (f *FSM) ApplyCommand(c Command) Result {
 		return f.exported(c)
 	case *Batch:
 		return f.batch(c)
+	case *UpsertStart:
+		return f.upsertStart(c)
+	case *GracefulUnmount:
+		return f.gracefulUnmount(c)
+	case *DrainSegments:
+		return f.drainSegments(c)
 	}
 	return failed(errcode.InvalidParams, "command of type %T is not applicable", c)
 }
@@ -288,10 +311,8 @@ func (f *FSM) freeBuffers(rs []replica) {
 // key's sequence; the key's sequence survives in a tombstone either way.
 func (f *FSM) dropObject(key string, o *object, op oplog.OpType, src oplog.Source) {
 	f.freeBuffers(o.replicas)
-	f.objects.Delete(objItem{key: key})
-	if o.processing() {
-		f.processing.Delete(procItem{o.putStartMs, key})
-	}
+	f.releaseReplaced(key)
+	f.forget(key, o)
 	seq := o.keySeq
 	if op != 0 {
 		seq++

@@ -82,23 +82,19 @@ func (g *gen) next(f *FSM) Command {
 	case op < 6:
 		c := g.client()
 		return &MountSegment{NowMs: now, ClientID: c, Segment: g.segSpec(c)}
-	case op < 8:
+	case op < 7:
 		c := g.client()
 		return &UnmountSegment{NowMs: now, ClientID: c, SegmentID: g.segSpec(c).ID}
+	case op < 8:
+		c := g.client()
+		return &GracefulUnmount{NowMs: now, ClientID: c, SegmentID: g.segSpec(c).ID, GraceMs: int64(g.r.IntN(30_000))}
 	case op < 9:
 		c := g.client()
 		return &RemountSegments{NowMs: now, ClientID: c, Segments: []SegmentSpec{g.segSpec(c), g.segSpec(c)}}
+	case op < 29:
+		return g.putStart(f, now)
 	case op < 35:
-		slices := make([]uint64, 1+g.r.IntN(3))
-		for i := range slices {
-			slices[i] = uint64(1 + g.r.IntN(8<<10))
-		}
-		pref := ""
-		if g.r.IntN(4) == 0 {
-			pref = g.segSpec(g.client()).Name
-		}
-		return &PutStart{NowMs: now, Key: g.key(), SliceLengths: slices, ReplicaNum: uint32(1 + g.r.IntN(3)),
-			SoftPin: g.r.IntN(3) == 0, PreferredSegment: pref, ClientID: g.client()}
+		return &UpsertStart{*g.putStart(f, now)}
 	case op < 55:
 		key, client := g.pending(f)
 		return &PutEnd{NowMs: now, Key: key, ClientID: client}
@@ -111,12 +107,21 @@ func (g *gen) next(f *FSM) Command {
 		return &RemoveByRegex{NowMs: now, Regex: fmt.Sprintf("^p%d/k1", g.r.IntN(4)), Force: g.r.IntN(2) == 0}
 	case op < 68:
 		return &RemoveAll{NowMs: now, Force: g.r.IntN(2) == 0}
-	case op < 71:
+	case op < 70:
 		key, client := g.key(), g.client()
 		return &Batch{Cmds: []Command{
 			&PutStart{NowMs: now, Key: key, SliceLengths: []uint64{uint64(1 + g.r.IntN(4096))}, ReplicaNum: 1, ClientID: client},
 			&PutEnd{NowMs: now, Key: key, ClientID: client},
 		}}
+	case op < 71:
+		up := &UpsertStart{*g.putStart(f, now)}
+		return &Batch{Cmds: []Command{
+			up,
+			&PutEnd{NowMs: now, Key: up.Key, ClientID: up.ClientID},
+			&Remove{NowMs: now, Key: g.key(), Force: g.r.IntN(2) == 0},
+		}}
+	case op < 73:
+		return &DrainSegments{NowMs: now}
 	case op < 92:
 		t := &Tick{NowMs: now, Evict: f.EvictionDue() || g.r.IntN(8) == 0}
 		for i := g.r.IntN(20); i > 0; i-- {
@@ -143,6 +148,28 @@ func (g *gen) next(f *FSM) Command {
 		}
 		return &Exported{Seq: seq}
 	}
+}
+
+// putStart is a PutStart of a random key; for a key that exists, half the
+// time with the slices it has, so an upsert of it rewrites in place.
+func (g *gen) putStart(f *FSM, now int64) *PutStart {
+	key := g.key()
+	slices := make([]uint64, 1+g.r.IntN(3))
+	for i := range slices {
+		slices[i] = uint64(1 + g.r.IntN(8<<10))
+	}
+	if o, ok := f.getObject(key); ok && g.r.IntN(2) == 0 {
+		slices = slices[:0]
+		for _, b := range o.replicas[0].buffers {
+			slices = append(slices, b.length)
+		}
+	}
+	pref := ""
+	if g.r.IntN(4) == 0 {
+		pref = g.segSpec(g.client()).Name
+	}
+	return &PutStart{NowMs: now, Key: key, SliceLengths: slices, ReplicaNum: uint32(1 + g.r.IntN(3)),
+		SoftPin: g.r.IntN(3) == 0, PreferredSegment: pref, ClientID: g.client()}
 }
 
 // pending picks a PROCESSING object and, mostly, its writer.

@@ -49,6 +49,22 @@ func (f *FSM) CheckInvariants() error {
 	if err != nil {
 		return err
 	}
+	held := func(rs []replica) {
+		for _, r := range rs {
+			for _, b := range r.buffers {
+				used[b.seg] = append(used[b.seg], freeRange{b.offset, b.length})
+			}
+		}
+	}
+	for key, old := range f.replaced {
+		if o, ok := f.getObject(key); !ok || !o.processing() || len(old) == 0 {
+			return fmt.Errorf("replaced replicas of %q, which is not an upsert in progress", key)
+		}
+		held(old)
+	}
+	for _, d := range f.discarded {
+		held(d.replicas)
+	}
 	if procs != f.processing.Len() {
 		return fmt.Errorf("PROCESSING index holds %d entries for %d objects", f.processing.Len(), procs)
 	}

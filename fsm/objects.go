@@ -64,14 +64,19 @@ func (f *FSM) putStart(c *PutStart) Result {
 			"no room for %d replica(s) of %d bytes in %d segment(s); eviction will run at the next tick",
 			c.ReplicaNum, total, len(f.segOrder))
 	}
-	clientID := c.ClientID
-	if s, ok := f.sessions[clientID]; ok {
-		clientID = s.clientID // share one copy of the id string
-	}
-	o := &object{size: total, clientID: clientID, putStartMs: f.nowMs, leaseMs: f.nowMs, softPin: c.SoftPin, keySeq: keySeq, replicas: replicas}
+	o := &object{size: total, clientID: f.sharedClientID(c.ClientID), putStartMs: f.nowMs, leaseMs: f.nowMs, softPin: c.SoftPin, keySeq: keySeq, replicas: replicas}
 	f.putObject(c.Key, o)
 	f.processing.ReplaceOrInsert(procItem{o.putStartMs, c.Key})
 	return Result{Replicas: o.descriptors()}
+}
+
+// sharedClientID returns the session's copy of id when there is one, so
+// objects share one string per client.
+func (f *FSM) sharedClientID(id string) string {
+	if s, ok := f.sessions[id]; ok {
+		return s.clientID
+	}
+	return id
 }
 
 // allocate places c.ReplicaNum replicas of c's slices. The segment order is
@@ -115,14 +120,14 @@ func (f *FSM) allocate(c *PutStart, keySeq uint64) ([]replica, bool) {
 // and it has room, else the first with room in rotation order from start,
 // first among segments no other replica uses, then among all.
 func (f *FSM) chooseSegment(size uint64, start int, avoid map[*segment]bool, preferred *segment, usePreferred bool) *segment {
-	if usePreferred && preferred != nil && preferred.alloc.largest() >= size {
+	if usePreferred && preferred != nil && !preferred.draining && preferred.alloc.largest() >= size {
 		return preferred
 	}
 	n := len(f.segOrder)
 	for pass := 0; pass < 2; pass++ {
 		for i := 0; i < n; i++ {
 			s := f.segOrder[(start+i)%n]
-			if (pass == 1 || !avoid[s]) && s.alloc.largest() >= size {
+			if (pass == 1 || !avoid[s]) && !s.draining && s.alloc.largest() >= size {
 				return s
 			}
 		}
@@ -191,6 +196,7 @@ func (f *FSM) putEnd(c *PutEnd) Result {
 	n.keySeq++
 	f.processing.Delete(procItem{o.putStartMs, c.Key})
 	f.putObject(c.Key, &n)
+	f.releaseReplaced(c.Key)
 	payload := oplog.EncodePutEndPayload(oplog.PutEndPayload{Size: n.size, Replicas: n.descriptors()})
 	f.emit(oplog.OpPutEnd, c.Key, payload, n.keySeq, oplog.SourceNone)
 	return Result{}

@@ -140,9 +140,13 @@ type SegmentInfo struct {
 func (f *FSM) Segments() []SegmentInfo {
 	out := make([]SegmentInfo, 0, len(f.segOrder))
 	for _, s := range f.segOrder {
-		out = append(out, SegmentInfo{ID: s.id, Name: s.name, ClientID: s.clientID, Base: s.base, Size: s.size, Used: s.size - s.alloc.free})
+		out = append(out, segmentInfo(s))
 	}
 	return out
+}
+
+func segmentInfo(s *segment) SegmentInfo {
+	return SegmentInfo{ID: s.id, Name: s.name, ClientID: s.clientID, Base: s.base, Size: s.size, Used: s.size - s.alloc.free}
 }
 
 // Params returns the parameters in force.
@@ -152,14 +156,25 @@ func (f *FSM) Params() Params { return f.params }
 // first. The slice is shared: callers must not modify it.
 func (f *FSM) Ring() []oplog.Entry { return f.ring[:len(f.ring):len(f.ring)] }
 
+// replicaSize is the object size replicas hold (each holds all of it).
+func replicaSize(rs []replica) uint64 {
+	var n uint64
+	for _, b := range rs[0].buffers {
+		n += b.length
+	}
+	return n
+}
+
 // ObjectSetDigest hashes the complete objects as an etcd follower knows
-// them — key, size and the key_sequence_id of their PUT_END — so a follower
+// them (a resizing upsert's old value included) — key, size and the key_sequence_id of their PUT_END — so a follower
 // can prove it holds the leader's object set (oplog.ObjectSetHasher).
 func (f *FSM) ObjectSetDigest() [32]byte {
 	h := oplog.NewObjectSetHasher()
 	f.objects.Ascend(func(it objItem) bool {
 		if it.obj.complete() {
 			h.Add(it.key, it.obj.size, it.obj.keySeq)
+		} else if old, ok := f.replaced[it.key]; ok {
+			h.Add(it.key, replicaSize(old), it.obj.keySeq)
 		}
 		return true
 	})
@@ -195,13 +210,19 @@ func (f *FSM) RingAfter(after uint64, max int) []oplog.Entry {
 	return r[:len(r):len(r)]
 }
 
-// EachComplete calls fn for every complete object in key order with what an
-// etcd follower knows of it: size, key_sequence_id and the PUT_END payload.
+// EachComplete calls fn for every object complete in the OpLog's view (a
+// resizing upsert's old value included), in key order, with what an etcd
+// follower knows of it: size, key_sequence_id and the PUT_END payload.
 // It seeds a follower from a snapshot file.
 func (f *FSM) EachComplete(fn func(key string, keySeq uint64, p oplog.PutEndPayload)) {
 	f.objects.Ascend(func(it objItem) bool {
-		if it.obj.complete() {
-			fn(it.key, it.obj.keySeq, oplog.PutEndPayload{Size: it.obj.size, Replicas: it.obj.descriptors()})
+		o := it.obj
+		if o.complete() {
+			fn(it.key, o.keySeq, oplog.PutEndPayload{Size: o.size, Replicas: o.descriptors()})
+		} else if old, ok := f.replaced[it.key]; ok {
+			// A resizing upsert: the OpLog still has the old value, intact.
+			prev := object{replicas: old}
+			fn(it.key, o.keySeq, oplog.PutEndPayload{Size: replicaSize(old), Replicas: prev.descriptors()})
 		}
 		return true
 	})

@@ -314,6 +314,7 @@ func (f *FSM) takeBuffers(rs []replica) (buffer, bool) {
 // entry says instead.
 func (f *FSM) discard(key string, o *object) {
 	f.freeBuffers(o.replicas)
+	f.releaseReplaced(key)
 	f.forget(key, o)
 }
 

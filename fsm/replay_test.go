@@ -58,16 +58,32 @@ func (s *replayStream) snapshotTaken(f *FSM) {
 
 // adapt returns c made expressible, or nil to draw another command.
 func (s *replayStream) adapt(f *FSM, c Command) Command {
+	// One replica per object, so every replica an unmount drops takes its
+	// object, and the OpLog says so.
+	expressible := func(p *PutStart) bool {
+		p.ReplicaNum = 1
+		return !s.replacesSnapshotPut(f, p.Key)
+	}
 	switch c := c.(type) {
 	case *PutStart:
-		c.ReplicaNum = 1
-		if s.replacesSnapshotPut(f, c.Key) {
+		if !expressible(c) {
 			return nil
 		}
-	case *Batch: // gen's batches put one replica already
+	case *UpsertStart:
+		if !expressible(&c.PutStart) {
+			return nil
+		}
+	case *Batch:
 		for _, cmd := range c.Cmds {
-			if p, ok := cmd.(*PutStart); ok && s.replacesSnapshotPut(f, p.Key) {
-				return nil
+			switch p := cmd.(type) {
+			case *PutStart:
+				if !expressible(p) {
+					return nil
+				}
+			case *UpsertStart:
+				if !expressible(&p.PutStart) {
+					return nil
+				}
 			}
 		}
 	case *MountSegment:

@@ -139,14 +139,23 @@ func (f *FSM) remountSegments(c *RemountSegments) Result {
 	return Result{}
 }
 
+// ownedSegment finds segment id mounted by clientID.
+func (f *FSM) ownedSegment(clientID, id string) (*segment, error) {
+	s, ok := f.segments[id]
+	if !ok {
+		return nil, errcode.New(errcode.SegmentNotFound, "segment %q is not mounted", id)
+	}
+	if s.clientID != clientID {
+		return nil, errcode.New(errcode.IllegalClient, "segment %q belongs to client %q, not %q", id, s.clientID, clientID)
+	}
+	return s, nil
+}
+
 func (f *FSM) unmountSegment(c *UnmountSegment) Result {
 	f.advance(c.NowMs)
-	s, ok := f.segments[c.SegmentID]
-	if !ok {
-		return failed(errcode.SegmentNotFound, "segment %q is not mounted", c.SegmentID)
-	}
-	if s.clientID != c.ClientID {
-		return failed(errcode.IllegalClient, "segment %q belongs to client %q, not %q", c.SegmentID, s.clientID, c.ClientID)
+	s, err := f.ownedSegment(c.ClientID, c.SegmentID)
+	if err != nil {
+		return Result{Err: err}
 	}
 	if err := f.exportFull(); err != nil {
 		return Result{Err: err}
@@ -197,6 +206,7 @@ func (f *FSM) dropSegments(segs []*segment, src oplog.Source) (removed uint64) {
 		n.replicas = keep
 		f.putObject(ch.key, &n)
 	}
+	f.dropHeldOn(gone)
 	for _, s := range segs {
 		f.capacity -= s.size
 		delete(f.segments, s.id)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strconv"
 
 	"github.com/google/btree"
 	"github.com/moonraft/moonraft/errcode"
@@ -13,7 +14,10 @@ import (
 )
 
 // Section names, in the order they appear; the order is part of the format.
-var sectionOrder = []string{"meta", "segments", "sessions", "objects", "tombstones", "ring"}
+// The last three hold state of graceful unmounts and upserts and are written
+// only when it exists, so a state without them has the format (and digest)
+// of the release before them.
+var sectionOrder = []string{"meta", "segments", "sessions", "objects", "tombstones", "ring", "draining", "replaced", "discarded"}
 
 // Snapshot is a point-in-time view of the state. Taking it is cheap (the
 // object and tombstone trees are cloned copy-on-write, the rest is small);
@@ -26,6 +30,19 @@ type Snapshot struct {
 	tombstones *btree.BTreeG[tombstone]
 	ring       []oplog.Entry
 	used       uint64
+	draining   []drainRec
+	replaced   []replacedRec
+	discarded  []discard
+}
+
+type drainRec struct {
+	seg     *segment
+	untilMs int64
+}
+
+type replacedRec struct {
+	key      string
+	replicas []replica
 }
 
 type meta struct {
@@ -59,7 +76,17 @@ func (f *FSM) Snapshot() *Snapshot {
 		tombstones: f.tombstones.Clone(),
 		ring:       f.Ring(),
 		used:       f.used,
+		discarded:  slices.Clone(f.discarded),
 	}
+	for _, sg := range f.segOrder {
+		if sg.draining {
+			s.draining = append(s.draining, drainRec{sg, sg.drainUntilMs})
+		}
+	}
+	for key, old := range f.replaced {
+		s.replaced = append(s.replaced, replacedRec{key, old})
+	}
+	slices.SortFunc(s.replaced, func(a, b replacedRec) int { return cmp.Compare(a.key, b.key) })
 	for id, sess := range f.sessions {
 		d, _ := f.deadlines.Deadline(id)
 		s.sessions = append(s.sessions, sessionRec{id, d, slices.Clone(sess.segments)})
@@ -177,6 +204,11 @@ func (s *Snapshot) writeSections(w *snapshots.Writer) error {
 		})
 		return werr
 	})
+	optional := func(name string, n int, body func() error) {
+		if n > 0 {
+			section(name, body)
+		}
+	}
 	section("ring", func() error {
 		for _, en := range s.ring {
 			e.u64(en.SequenceID)
@@ -188,6 +220,36 @@ func (s *Snapshot) writeSections(w *snapshots.Writer) error {
 			e.u64(uint64(en.PrefixHash))
 			e.u64(en.KeySequenceID)
 			e.str(string(en.Source))
+			if err := rec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	optional("draining", len(s.draining), func() error {
+		for _, d := range s.draining {
+			e.u64(segIndex[d.seg])
+			e.i64(d.untilMs)
+			if err := rec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	optional("replaced", len(s.replaced), func() error {
+		for _, r := range s.replaced {
+			e.str(r.key)
+			encodeReplicas(&e, r.replicas, segIndex)
+			if err := rec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	optional("discarded", len(s.discarded), func() error {
+		for _, d := range s.discarded {
+			e.i64(d.releaseMs)
+			encodeReplicas(&e, d.replicas, segIndex)
 			if err := rec(); err != nil {
 				return err
 			}
@@ -206,8 +268,12 @@ func encodeObject(e *enc, key string, o *object, segIndex map[*segment]uint64) {
 	e.bool(o.softPin)
 	e.i64(o.softPinMs)
 	e.u64(o.keySeq)
-	e.u64(uint64(len(o.replicas)))
-	for _, r := range o.replicas {
+	encodeReplicas(e, o.replicas, segIndex)
+}
+
+func encodeReplicas(e *enc, rs []replica, segIndex map[*segment]uint64) {
+	e.u64(uint64(len(rs)))
+	for _, r := range rs {
 		e.u64(uint64(r.status))
 		e.u64(uint64(len(r.buffers)))
 		for _, b := range r.buffers {
@@ -303,6 +369,12 @@ func (rs *restorer) record(name string, data []byte) error {
 		err = rs.tombstone(d)
 	case "ring":
 		err = rs.ringEntry(d)
+	case "draining":
+		err = rs.draining(d)
+	case "replaced":
+		err = rs.replacedRec(d)
+	case "discarded":
+		err = rs.discardRec(d)
 	}
 	if err == nil {
 		err = d.done()
@@ -401,34 +473,9 @@ func (rs *restorer) object(d *dec) error {
 	o.softPin = d.bool()
 	o.softPinMs = d.i64()
 	o.keySeq = d.u64()
-	o.replicas = make([]replica, d.count(2))
-	for i := range o.replicas {
-		r := &o.replicas[i]
-		r.status = ReplicaStatus(d.u64())
-		r.buffers = make([]buffer, d.count(3))
-		var sum uint64
-		for j := range r.buffers {
-			b := &r.buffers[j]
-			b.seg = rs.segRef(d)
-			b.offset = d.u64()
-			b.length = d.u64()
-			sum += b.length
-		}
-		if d.err != nil {
-			return d.err
-		}
-		if (r.status != Processing && r.status != Complete) || len(r.buffers) == 0 || sum != o.size {
-			return corrupt("object %q has a malformed replica", key)
-		}
-		for _, b := range r.buffers {
-			if b.length == 0 || b.offset+b.length < b.offset || b.offset+b.length > b.seg.size {
-				return corrupt("object %q has a buffer outside segment %q", key, b.seg.id)
-			}
-			rs.segUsed[b.seg] = append(rs.segUsed[b.seg], freeRange{b.offset, b.length})
-		}
-	}
-	if d.err != nil {
-		return d.err
+	var err error
+	if o.replicas, err = rs.replicas(d, "object "+strconv.Quote(key), o.size); err != nil {
+		return err
 	}
 	if err := validateKey(key); err != nil {
 		return err
@@ -447,6 +494,82 @@ func (rs *restorer) object(d *dec) error {
 	if o.processing() {
 		rs.f.processing.ReplaceOrInsert(procItem{o.putStartMs, key})
 	}
+	return nil
+}
+
+// replicas reads a replica list (encodeReplicas) whose buffers all lie in
+// their segments, each replica holding size bytes (0: any), and records
+// the buffers as used.
+func (rs *restorer) replicas(d *dec, what string, size uint64) ([]replica, error) {
+	reps := make([]replica, d.count(2))
+	for i := range reps {
+		r := &reps[i]
+		r.status = ReplicaStatus(d.u64())
+		r.buffers = make([]buffer, d.count(3))
+		var sum uint64
+		for j := range r.buffers {
+			b := &r.buffers[j]
+			b.seg = rs.segRef(d)
+			b.offset = d.u64()
+			b.length = d.u64()
+			sum += b.length
+		}
+		if d.err != nil {
+			return nil, d.err
+		}
+		if (r.status != Processing && r.status != Complete) || len(r.buffers) == 0 || (size != 0 && sum != size) {
+			return nil, corrupt("%s has a malformed replica", what)
+		}
+		for _, b := range r.buffers {
+			if b.length == 0 || b.offset+b.length < b.offset || b.offset+b.length > b.seg.size {
+				return nil, corrupt("%s has a buffer outside segment %q", what, b.seg.id)
+			}
+			rs.segUsed[b.seg] = append(rs.segUsed[b.seg], freeRange{b.offset, b.length})
+		}
+	}
+	return reps, d.err
+}
+
+func (rs *restorer) draining(d *dec) error {
+	s := rs.segRef(d)
+	until := d.i64()
+	if d.err != nil {
+		return d.err
+	}
+	if s.draining {
+		return corrupt("segment %q is listed as draining twice", s.id)
+	}
+	s.draining, s.drainUntilMs = true, until
+	return nil
+}
+
+func (rs *restorer) replacedRec(d *dec) error {
+	key := d.str()
+	o, ok := rs.f.getObject(key)
+	if d.err == nil && (!ok || !o.processing() || rs.f.replaced[key] != nil) {
+		return corrupt("replaced replicas of %q, which is not an upsert in progress", key)
+	}
+	old, err := rs.replicas(d, "replaced replicas of "+strconv.Quote(key), 0)
+	if err != nil {
+		return err
+	}
+	if len(old) == 0 {
+		return corrupt("replaced replicas of %q: none", key)
+	}
+	rs.f.replaced[key] = old
+	return nil
+}
+
+func (rs *restorer) discardRec(d *dec) error {
+	release := d.i64()
+	reps, err := rs.replicas(d, "a discarded write", 0)
+	if err != nil {
+		return err
+	}
+	if len(reps) == 0 {
+		return corrupt("a discarded write without replicas")
+	}
+	rs.f.discarded = append(rs.f.discarded, discard{release, reps})
 	return nil
 }
 

@@ -37,6 +37,7 @@ func (f *FSM) tick(c *Tick) Result {
 	var res Result
 	res.Removed = f.expireSessions()
 	res.Removed += f.reclaimStalePuts()
+	f.releaseDiscarded()
 	f.expireTombstones()
 	if c.Evict {
 		res.Evicted = f.evict()

@@ -82,6 +82,9 @@ const (
 	SourceClientExpired  Source = "client_expired"
 	SourceEvict          Source = "evict"
 	SourceDiscard        Source = "discard"
+	// SourceUpsert: an upsert is rewriting (or has taken over) the object's
+	// buffers, so a follower must stop trusting them; its PUT_END follows.
+	SourceUpsert Source = "upsert"
 )
 
 // Entry is one OpLog entry. Its JSON (Encode) is, in this order:

@@ -1,0 +1,157 @@
+package fsm
+
+import (
+	"slices"
+
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/oplog"
+)
+
+// upsertStart is Mooncake's UpsertStart (master_service.cpp, 3b5a594):
+//   - a key being written is taken over at once: the old write's buffers
+//     are held until PutStartReleaseMs from now (its writer may still be
+//     writing) and the upsert goes on as a put of a new key;
+//   - an absent key is a put;
+//   - a complete key that a reader holds a lease on is OBJECT_REPLICA_BUSY
+//     (Mooncake refuses while a read holds a reference; a lease is what a
+//     reader holds here);
+//   - otherwise, the same slice layout outside draining segments is
+//     rewritten in place: its replicas go back to PROCESSING until
+//     UpsertEnd; any other layout gets new buffers, and the old ones are
+//     released at UpsertEnd.
+//
+// Pins survive the overwrite. UpsertEnd and UpsertRevoke are PutEnd and
+// PutRevoke; the end exports a PUT_END with the next key_sequence_id.
+//
+// The OpLog never leaves a follower holding a COMPLETE object whose bytes
+// are being rewritten or are freed: an in-place rewrite, and a takeover of
+// a resizing upsert (whose old buffers go back at once), first export a
+// REMOVE with source "upsert". A resizing upsert exports nothing at its
+// start: the old bytes stay intact until its PUT_END replaces them.
+func (f *FSM) upsertStart(c *UpsertStart) Result {
+	f.advance(c.NowMs)
+	total, err := validatePutStart(&c.PutStart)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if err := f.exportFull(); err != nil {
+		return Result{Err: err}
+	}
+	o, ok := f.getObject(c.Key)
+	if ok && o.processing() {
+		f.preempt(c.Key, o)
+		ok = false
+	}
+	if !ok {
+		return f.putStart(&c.PutStart)
+	}
+	if f.leased(o) {
+		return failed(errcode.ObjectReplicaBusy,
+			"key %q is leased to a reader until %d ms (now %d): overwriting it would change what the reader reads; retry after the lease",
+			c.Key, f.effectiveLease(o), f.nowMs)
+	}
+	n := *o
+	n.clientID = f.sharedClientID(c.ClientID)
+	n.putStartMs = f.nowMs
+	n.softPin = o.softPin || c.SoftPin
+	if f.sameLayout(o, c.SliceLengths) {
+		n.replicas = make([]replica, len(o.replicas))
+		for i, r := range o.replicas {
+			n.replicas[i] = replica{status: Processing, buffers: r.buffers}
+		}
+		n.keySeq++
+		f.emit(oplog.OpRemove, c.Key, "", n.keySeq, oplog.SourceUpsert)
+	} else {
+		replicas, ok := f.allocate(&c.PutStart, o.keySeq)
+		if !ok {
+			f.needSpace = true
+			return failed(errcode.NoAvailableHandle,
+				"no room for %d new replica(s) of %d bytes in %d segment(s); eviction will run at the next tick",
+				c.ReplicaNum, total, len(f.segOrder))
+		}
+		n.size = total
+		n.replicas = replicas
+		f.replaced[c.Key] = o.replicas
+	}
+	f.putObject(c.Key, &n)
+	f.processing.ReplaceOrInsert(procItem{n.putStartMs, c.Key})
+	return Result{Replicas: n.descriptors()}
+}
+
+// sameLayout reports whether o's replicas have exactly the slices asked
+// for and none lies on a draining segment: then an upsert rewrites them.
+func (f *FSM) sameLayout(o *object, slices []uint64) bool {
+	for _, r := range o.replicas {
+		if len(r.buffers) != len(slices) {
+			return false
+		}
+		for i, b := range r.buffers {
+			if b.length != slices[i] || b.seg.draining {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// preempt takes a write in progress away from its writer: its buffers are
+// discarded (held until the writer has surely stopped), the old replicas
+// of an upsert it was making go back at once (nobody writes them), and the
+// key is left as if removed, keeping its sequence for the next write.
+func (f *FSM) preempt(key string, o *object) {
+	f.discarded = append(f.discarded, discard{releaseMs: f.nowMs + f.params.PutStartReleaseMs, replicas: o.replicas})
+	seq := o.keySeq
+	if _, resizing := f.replaced[key]; resizing {
+		seq++
+		f.emit(oplog.OpRemove, key, "", seq, oplog.SourceUpsert)
+	}
+	f.releaseReplaced(key)
+	f.forget(key, o)
+	f.bury(key, seq)
+}
+
+// releaseReplaced returns the old replicas of key's upsert, if any.
+func (f *FSM) releaseReplaced(key string) {
+	if old, ok := f.replaced[key]; ok {
+		f.freeBuffers(old)
+		delete(f.replaced, key)
+	}
+}
+
+// releaseDiscarded returns the discarded buffers whose time has come.
+func (f *FSM) releaseDiscarded() {
+	f.discarded = slices.DeleteFunc(f.discarded, func(d discard) bool {
+		if d.releaseMs > f.nowMs {
+			return false
+		}
+		f.freeBuffers(d.replicas)
+		return true
+	})
+}
+
+// dropHeldOn frees the replaced and discarded buffers that lie on gone
+// segments, before the segments go (dropSegments). Freeing is
+// order-independent, so map order does not matter.
+func (f *FSM) dropHeldOn(gone map[*segment]bool) {
+	keepOff := func(rs []replica) (keep []replica) {
+		for _, r := range rs {
+			if slices.ContainsFunc(r.buffers, func(b buffer) bool { return gone[b.seg] }) {
+				f.freeBuffers([]replica{r})
+			} else {
+				keep = append(keep, r)
+			}
+		}
+		return keep
+	}
+	for key, old := range f.replaced {
+		if keep := keepOff(old); len(keep) > 0 {
+			f.replaced[key] = keep
+		} else {
+			delete(f.replaced, key)
+		}
+	}
+	for i := range f.discarded {
+		f.discarded[i].replicas = keepOff(f.discarded[i].replicas)
+	}
+	f.discarded = slices.DeleteFunc(f.discarded, func(d discard) bool { return len(d.replicas) == 0 })
+}
