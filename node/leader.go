@@ -125,20 +125,25 @@ func (n *Node) promote(ctx context.Context) uint64 {
 // Evict evicts, and it holds every read until it is applied: a lease
 // granted by a read between the drain and the eviction would otherwise be
 // broken.
+//
+// While a segment drains, a tick at most every drainEvery is followed by
+// DrainSegments, under the same hold and full flush: it unmounts what no
+// lease holds any more.
 func (n *Node) tick(ctx context.Context, flush bool) (fsm.Result, error) {
 	n.tickMu.Lock()
 	defer n.tickMu.Unlock()
-	var evict bool
-	n.sm.read(func(f *fsm.FSM) { evict = f.EvictionDue() })
+	var evict, draining bool
+	n.sm.read(func(f *fsm.FSM) { evict, draining = f.EvictionDue(), f.Draining() })
 	evict = n.needSpace.Swap(false) || evict
-	if evict {
+	drain := draining && time.Since(n.lastDrain) >= drainEvery
+	if evict || drain {
 		release := n.gate.closeAll()
 		defer release()
 	}
 	now := n.now()
 	var renewals []lease.Renewal
 	var pings []lease.Ping
-	if flush || evict {
+	if flush || evict || drain {
 		renewals, pings = n.batcher.Drain()
 	} else {
 		renewals, pings = n.batcher.DrainDue(now)
@@ -147,5 +152,18 @@ func (n *Node) tick(ctx context.Context, flush bool) (fsm.Result, error) {
 	start := time.Now()
 	r, err := n.apply(ctx, &fsm.Tick{NowMs: now, Renewals: renewals, Pings: pings, Evict: evict})
 	n.metrics.tickDur.Observe(time.Since(start).Seconds())
+	if err != nil || !drain {
+		return r, err
+	}
+	n.lastDrain = time.Now()
+	d, err := n.apply(ctx, &fsm.DrainSegments{NowMs: now})
+	if err == nil {
+		err = d.Err
+	}
+	r.Removed += d.Removed
 	return r, err
 }
+
+// drainEvery is how often the leader checks draining segments: each check
+// scans every object, as an unmount does.
+const drainEvery = time.Second

@@ -40,6 +40,7 @@ type Node struct {
 	leadership *leadership
 	gate       *gate
 	tickMu     sync.Mutex
+	lastDrain  time.Time // the last DrainSegments; under tickMu
 	// promotedTerm is the term in which this node, as leader, applied its
 	// Promote; 0 when it is not the promoted leader.
 	promotedTerm atomic.Uint64

@@ -586,3 +586,32 @@ func TestHaltOnEntryFromNewerRelease(t *testing.T) {
 		t.Fatal("a restarted node skipped the entry it cannot apply")
 	}
 }
+
+// TestGracefulUnmountThroughTheLeader: the leader drains a segment on its
+// own once nothing on it is leased, and an upsert goes through the lease
+// flush like a remove.
+func TestGracefulUnmountThroughTheLeader(t *testing.T) {
+	c := newCluster(t, 3, 50*time.Millisecond, func(cfg *Config) { cfg.Params.LeaseTTLMs = 300 })
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	put(t, nd, "k")
+	time.Sleep(400 * time.Millisecond) // past the promotion's lease on every object
+	now := time.Now().UnixMilli()
+	r := mustPropose(t, nd, &fsm.UpsertStart{PutStart: fsm.PutStart{NowMs: now, Key: "k", SliceLengths: []uint64{2048}, ReplicaNum: 2, ClientID: "c1"}})
+	require.Len(t, r.Replicas, 2)
+	mustPropose(t, nd, &fsm.PutEnd{NowMs: now, Key: "k", ClientID: "c1"})
+	_, _, err := nd.GetReplicaList(ctx(t), "k")
+	require.NoError(t, err)
+	r, err = nd.Propose(ctx(t), &fsm.UpsertStart{PutStart: fsm.PutStart{NowMs: time.Now().UnixMilli(), Key: "k", SliceLengths: []uint64{2048}, ReplicaNum: 2, ClientID: "c1"}})
+	require.NoError(t, err)
+	assert.Equal(t, errcode.ObjectReplicaBusy, r.Code(), "the lease the read returned reached the log first")
+
+	mustPropose(t, nd, &fsm.GracefulUnmount{NowMs: time.Now().UnixMilli(), ClientID: "c1", SegmentID: "s0", GraceMs: 60_000})
+	for i, n := range c.nodes {
+		require.Eventually(t, func() bool {
+			var err error
+			n.sm.read(func(f *fsm.FSM) { _, err = f.SegmentStatus("s0", false) })
+			return errcode.Of(err) == errcode.SegmentNotFound
+		}, 15*time.Second, 50*time.Millisecond, "node %d: the idle draining segment was not unmounted", i)
+	}
+}

@@ -18,8 +18,8 @@ func (n *Node) IsLeader() bool {
 }
 
 // Propose replicates a client command and returns its result. It is only
-// served by the promoted leader. Removals first flush pending lease
-// renewals and hold reads of what they remove until applied, so a lease a
+// served by the promoted leader. Removals and upserts first flush pending
+// lease renewals and hold reads of their keys until applied, so a lease a
 // read has returned is never broken (DESIGN.md, "Time, leases, eviction").
 func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	if err := n.awaitLeader(ctx); err != nil {
@@ -27,10 +27,8 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	}
 	var release func()
 	switch c := cmd.(type) {
-	case *fsm.Remove:
-		if !c.Force {
-			release = n.gate.closeKey(c.Key)
-		}
+	case *fsm.Remove, *fsm.UpsertStart:
+		release = n.gateKeys([]fsm.Command{c})
 	case *fsm.RemoveByRegex:
 		if !c.Force {
 			release = n.gate.closeAll()
@@ -64,6 +62,12 @@ func (n *Node) ProposeBatch(ctx context.Context, cmds []fsm.Command) ([]fsm.Resu
 			return nil, errcode.New(errcode.InvalidParams, "batch item %d: %T cannot be batched", i, c)
 		}
 	}
+	if release := n.gateKeys(cmds); release != nil {
+		defer release()
+		if _, err := n.tick(ctx, true); err != nil {
+			return nil, err
+		}
+	}
 	r, err := n.apply(ctx, &fsm.Batch{Cmds: cmds})
 	if err != nil {
 		return nil, err
@@ -74,6 +78,30 @@ func (n *Node) ProposeBatch(ctx context.Context, cmds []fsm.Command) ([]fsm.Resu
 		}
 	}
 	return r.Batch, nil
+}
+
+// gateKeys holds reads of the keys that cmds check leases of (unforced
+// removes, upserts) and returns what releases them, or nil if none does.
+func (n *Node) gateKeys(cmds []fsm.Command) func() {
+	var releases []func()
+	for _, c := range cmds {
+		switch c := c.(type) {
+		case *fsm.Remove:
+			if !c.Force {
+				releases = append(releases, n.gate.closeKey(c.Key))
+			}
+		case *fsm.UpsertStart:
+			releases = append(releases, n.gate.closeKey(c.Key))
+		}
+	}
+	if len(releases) == 0 {
+		return nil
+	}
+	return func() {
+		for _, r := range releases {
+			r()
+		}
+	}
 }
 
 // apply proposes cmd through Raft and waits for it to be applied here.

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -55,10 +56,15 @@ func (s *stateMachine) Apply(l *raft.Log) any {
 	if l.Type == raft.LogCommand {
 		c, err := fsm.Decode(l.Data)
 		if err != nil {
+			why := err.Error()
+			var ee *errcode.Error
+			if errors.As(err, &ee) {
+				why = ee.Msg
+			}
 			s.halt = errcode.New(errcode.InvalidVersion,
-				"raft log entry %d (term %d) cannot be applied by this build: %v; "+
+				"raft log entry %d (term %d) cannot be applied by this build (%s); "+
 					"this node stopped applying so it cannot differ from the others: "+
-					"run the release the leader runs and restart it", l.Index, l.Term, err)
+					"run the release the leader runs and restart it", l.Index, l.Term, why)
 			if s.onHalt != nil {
 				s.onHalt(s.halt)
 			}
