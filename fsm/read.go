@@ -156,28 +156,31 @@ func (f *FSM) Params() Params { return f.params }
 // first. The slice is shared: callers must not modify it.
 func (f *FSM) Ring() []oplog.Entry { return f.ring[:len(f.ring):len(f.ring)] }
 
-// replicaSize is the object size replicas hold (each holds all of it).
-func replicaSize(rs []replica) uint64 {
-	var n uint64
-	for _, b := range rs[0].buffers {
-		n += b.length
-	}
-	return n
-}
-
-// ObjectSetDigest hashes the complete objects as an etcd follower knows
-// them (a resizing upsert's old value included) — key, size and the key_sequence_id of their PUT_END — so a follower
-// can prove it holds the leader's object set (oplog.ObjectSetHasher).
-func (f *FSM) ObjectSetDigest() [32]byte {
-	h := oplog.NewObjectSetHasher()
+// eachExported calls fn for every object complete in the OpLog's view, in
+// key order: the complete ones, and a resizing upsert's old value, which
+// the OpLog still has, intact, until the upsert's PUT_END.
+func (f *FSM) eachExported(fn func(key string, keySeq, size uint64, replicas []replica)) {
 	f.objects.Ascend(func(it objItem) bool {
-		if it.obj.complete() {
-			h.Add(it.key, it.obj.size, it.obj.keySeq)
+		o := it.obj
+		if o.complete() {
+			fn(it.key, o.keySeq, o.size, o.replicas)
 		} else if old, ok := f.replaced[it.key]; ok {
-			h.Add(it.key, replicaSize(old), it.obj.keySeq)
+			var size uint64 // each replica holds all of it
+			for _, b := range old[0].buffers {
+				size += b.length
+			}
+			fn(it.key, o.keySeq, size, old)
 		}
 		return true
 	})
+}
+
+// ObjectSetDigest hashes the complete objects as an etcd follower knows
+// them — key, size and the key_sequence_id of their PUT_END — so a follower
+// can prove it holds the leader's object set (oplog.ObjectSetHasher).
+func (f *FSM) ObjectSetDigest() [32]byte {
+	h := oplog.NewObjectSetHasher()
+	f.eachExported(func(key string, keySeq, size uint64, _ []replica) { h.Add(key, size, keySeq) })
 	return h.Sum()
 }
 
@@ -210,20 +213,13 @@ func (f *FSM) RingAfter(after uint64, max int) []oplog.Entry {
 	return r[:len(r):len(r)]
 }
 
-// EachComplete calls fn for every object complete in the OpLog's view (a
-// resizing upsert's old value included), in key order, with what an etcd
-// follower knows of it: size, key_sequence_id and the PUT_END payload.
-// It seeds a follower from a snapshot file.
+// EachComplete calls fn for every object complete in the OpLog's view
+// (eachExported) with what an etcd follower knows of it: size,
+// key_sequence_id and the PUT_END payload. It seeds a follower from a
+// snapshot file.
 func (f *FSM) EachComplete(fn func(key string, keySeq uint64, p oplog.PutEndPayload)) {
-	f.objects.Ascend(func(it objItem) bool {
-		o := it.obj
-		if o.complete() {
-			fn(it.key, o.keySeq, oplog.PutEndPayload{Size: o.size, Replicas: o.descriptors()})
-		} else if old, ok := f.replaced[it.key]; ok {
-			// A resizing upsert: the OpLog still has the old value, intact.
-			prev := object{replicas: old}
-			fn(it.key, o.keySeq, oplog.PutEndPayload{Size: replicaSize(old), Replicas: prev.descriptors()})
-		}
-		return true
+	f.eachExported(func(key string, keySeq, size uint64, replicas []replica) {
+		o := object{replicas: replicas}
+		fn(key, keySeq, oplog.PutEndPayload{Size: size, Replicas: o.descriptors()})
 	})
 }

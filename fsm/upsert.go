@@ -80,13 +80,13 @@ func (f *FSM) upsertStart(c *UpsertStart) Result {
 
 // sameLayout reports whether o's replicas have exactly the slices asked
 // for and none lies on a draining segment: then an upsert rewrites them.
-func (f *FSM) sameLayout(o *object, slices []uint64) bool {
+func (f *FSM) sameLayout(o *object, lengths []uint64) bool {
 	for _, r := range o.replicas {
-		if len(r.buffers) != len(slices) {
+		if len(r.buffers) != len(lengths) {
 			return false
 		}
 		for i, b := range r.buffers {
-			if b.length != slices[i] || b.seg.draining {
+			if b.length != lengths[i] || b.seg.draining {
 				return false
 			}
 		}

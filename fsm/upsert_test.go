@@ -100,6 +100,14 @@ func TestUpsert(t *testing.T) {
 			x.keepAlive("c2")
 			assert.Equal(t, uint64(100), x.f.used, "released after PutStartReleaseMs")
 		}},
+		{"taking over a resizing upsert tells followers the old value is gone", func(t *testing.T, x *h) {
+			x.put("k", "c1", 100)
+			require.NoError(t, x.upsert("k", "c1", 300).Err)
+			require.NoError(t, x.upsert("k", "c2", 100).Err)
+			assert.Equal(t, oplog.OpRemove, x.lastOp().OpType, "its old buffers are freed at once")
+			assert.Equal(t, oplog.SourceUpsert, x.lastOp().Source)
+			assert.Equal(t, uint64(400), x.f.used, "the taken-over 300 held, the old 100 freed, the new 100 taken")
+		}},
 		{"revoking an in-place upsert removes the object", func(t *testing.T, x *h) {
 			x.put("k", "c1", 100)
 			require.NoError(t, x.upsert("k", "c1", 100).Err)

@@ -605,6 +605,12 @@ func TestGracefulUnmountThroughTheLeader(t *testing.T) {
 	r, err = nd.Propose(ctx(t), &fsm.UpsertStart{PutStart: fsm.PutStart{NowMs: time.Now().UnixMilli(), Key: "k", SliceLengths: []uint64{2048}, ReplicaNum: 2, ClientID: "c1"}})
 	require.NoError(t, err)
 	assert.Equal(t, errcode.ObjectReplicaBusy, r.Code(), "the lease the read returned reached the log first")
+	put(t, nd, "other")
+	_, _, err = nd.GetReplicaList(ctx(t), "other")
+	require.NoError(t, err)
+	rs, err := nd.ProposeBatch(ctx(t), []fsm.Command{&fsm.Remove{NowMs: time.Now().UnixMilli(), Key: "other"}})
+	require.NoError(t, err)
+	assert.Equal(t, errcode.ObjectHasLease, rs[0].Code(), "a batched remove flushes leases too")
 
 	mustPropose(t, nd, &fsm.GracefulUnmount{NowMs: time.Now().UnixMilli(), ClientID: "c1", SegmentID: "s0", GraceMs: 60_000})
 	for i, n := range c.nodes {
