@@ -50,7 +50,7 @@ func (f *FSM) putStart(c *PutStart) Result {
 		if !o.processing() || o.putStartMs+f.params.PutStartDiscardMs > f.nowMs {
 			return failed(errcode.ObjectAlreadyExists, "key %q already exists", c.Key)
 		}
-		f.dropObject(c.Key, o, 0, oplog.SourceNone)
+		f.takeOver(c.Key, o, false)
 	}
 	tomb := f.unbury(c.Key)
 	keySeq := tomb.keySeq

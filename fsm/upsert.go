@@ -39,7 +39,7 @@ func (f *FSM) upsertStart(c *UpsertStart) Result {
 	}
 	o, ok := f.getObject(c.Key)
 	if ok && o.processing() {
-		f.preempt(c.Key, o)
+		f.takeOver(c.Key, o, true)
 		ok = false
 	}
 	if !ok {
@@ -94,12 +94,20 @@ func (f *FSM) sameLayout(o *object, lengths []uint64) bool {
 	return true
 }
 
-// preempt takes a write in progress away from its writer: its buffers are
-// discarded (held until the writer has surely stopped), the old replicas
-// of an upsert it was making go back at once (nobody writes them), and the
-// key is left as if removed, keeping its sequence for the next write.
-func (f *FSM) preempt(key string, o *object) {
-	f.discarded = append(f.discarded, discard{releaseMs: f.nowMs + f.params.PutStartReleaseMs, replicas: o.replicas})
+// takeOver takes a write in progress away from its writer and leaves the
+// key as if removed, its sequence kept for the next write. With hold its
+// buffers stay allocated until PutStartReleaseMs from now, since its writer
+// may still be writing (an upsert takes over at once); without, they are
+// freed (a put takes over only a write older than the discard timeout,
+// whose writer is taken for gone). The old replicas of a resizing upsert go
+// back at once, nobody writes them; a follower still has them as the key's
+// value, so it is told with a REMOVE first.
+func (f *FSM) takeOver(key string, o *object, hold bool) {
+	if hold {
+		f.discarded = append(f.discarded, discard{releaseMs: f.nowMs + f.params.PutStartReleaseMs, replicas: o.replicas})
+	} else {
+		f.freeBuffers(o.replicas)
+	}
 	seq := o.keySeq
 	if _, resizing := f.replaced[key]; resizing {
 		seq++

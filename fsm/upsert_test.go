@@ -108,6 +108,16 @@ func TestUpsert(t *testing.T) {
 			assert.Equal(t, oplog.SourceUpsert, x.lastOp().Source)
 			assert.Equal(t, uint64(400), x.f.used, "the taken-over 300 held, the old 100 freed, the new 100 taken")
 		}},
+		{"a put taking over a stale resizing upsert tells followers too", func(t *testing.T, x *h) {
+			x.put("k", "c1", 100)
+			require.NoError(t, x.upsert("k", "c1", 300).Err)
+			x.now += x.f.params.PutStartDiscardMs
+			x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}, {ClientID: "c2", AtMs: x.now}}})
+			require.NoError(t, x.putStart("k", "c2", 50).Err)
+			assert.Equal(t, oplog.OpRemove, x.lastOp().OpType, "the old value's buffers are freed")
+			assert.Equal(t, oplog.SourceUpsert, x.lastOp().Source)
+			assert.Equal(t, uint64(50), x.f.used, "nothing held: the stale writer is taken for gone")
+		}},
 		{"revoking an in-place upsert removes the object", func(t *testing.T, x *h) {
 			x.put("k", "c1", 100)
 			require.NoError(t, x.upsert("k", "c1", 100).Err)
