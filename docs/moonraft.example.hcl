@@ -73,6 +73,7 @@ client-ttl     = "10s"
 tick           = "100ms"
 high-watermark = 0.95
 eviction-ratio = 0.05
+graceful-unmount-max = "30s"          # longest wait of GracefulUnmountSegment
 
 # ---- Raft ------------------------------------------------------------------
 heartbeat-timeout  = "300ms"          # raise both on a WAN or a busy host

@@ -113,20 +113,36 @@ func (f *FSM) SegmentStatus(ref string, byName bool) (SegmentStatus, error) {
 		}
 		return SegmentStatus{}, errcode.New(errcode.SegmentNotFound, "no segment with %s %q is mounted", what, ref)
 	}
-	st := SegmentStatus{SegmentInfo: segmentInfo(s), State: SegmentOK}
-	if s.draining {
-		st.State, st.DrainUntilMs = SegmentGracefullyUnmounting, s.drainUntilMs
+	return f.segmentStatuses([]*segment{s})[0], nil
+}
+
+// SegmentStatuses describes every mounted segment, by id, in one scan.
+func (f *FSM) SegmentStatuses() []SegmentStatus {
+	return f.segmentStatuses(f.segOrder)
+}
+
+func (f *FSM) segmentStatuses(segs []*segment) []SegmentStatus {
+	out := make([]SegmentStatus, len(segs))
+	at := make(map[*segment]int, len(segs))
+	for i, s := range segs {
+		at[s] = i
+		out[i] = SegmentStatus{SegmentInfo: segmentInfo(s), State: SegmentOK}
+		if s.draining {
+			out[i].State, out[i].DrainUntilMs = SegmentGracefullyUnmounting, s.drainUntilMs
+		}
 	}
+	seen := map[*segment]bool{}
 	f.objects.Ascend(func(it objItem) bool {
+		clear(seen)
 		for _, r := range it.obj.replicas {
 			for _, b := range r.buffers {
-				if b.seg == s {
-					st.Objects++
-					return true
+				if i, ok := at[b.seg]; ok && !seen[b.seg] {
+					seen[b.seg] = true
+					out[i].Objects++
 				}
 			}
 		}
 		return true
 	})
-	return st, nil
+	return out
 }

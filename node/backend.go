@@ -29,6 +29,26 @@ func (n *Node) ClientTTLMs() int64 {
 	return ttl
 }
 
+// ViewVersion is the term this node was promoted leader in (0 when it is
+// not the promoted leader).
+func (n *Node) ViewVersion() uint64 { return n.promotedTerm.Load() }
+
+// SegmentStatus is a linearizable read of one segment, or of all.
+func (n *Node) SegmentStatus(ctx context.Context, ref string, byName bool) ([]fsm.SegmentStatus, error) {
+	var (
+		out  []fsm.SegmentStatus
+		rerr error
+	)
+	err := n.linearizable(ctx, func() error {
+		n.sm.read(func(f *fsm.FSM) { out, rerr = transport.SegmentStatusOf(f, ref, byName) })
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, rerr
+}
+
 // GetReplicaListByRegex is a linearizable read of every complete object
 // whose key matches; each found object is leased like GetReplicaList.
 func (n *Node) GetReplicaListByRegex(ctx context.Context, regex string) ([]fsm.KeyReplicas, error) {

@@ -79,6 +79,9 @@ type Config struct {
 
 	Params fsm.Params    // applied cluster-wide when this node becomes leader
 	Tick   time.Duration // how often the leader proposes a Tick
+	// GracefulUnmountMax bounds a graceful unmount's grace period: a
+	// request for none or for longer gets this.
+	GracefulUnmountMax time.Duration
 
 	HeartbeatTimeout time.Duration
 	ElectionTimeout  time.Duration
@@ -116,17 +119,18 @@ type Config struct {
 // DefaultConfig returns DESIGN.md's defaults with timeouts tuned for a LAN.
 func DefaultConfig() Config {
 	return Config{
-		ClusterID:         "mooncake_cluster",
-		Params:            fsm.DefaultParams(),
-		Tick:              100 * time.Millisecond,
-		HeartbeatTimeout:  300 * time.Millisecond,
-		ElectionTimeout:   300 * time.Millisecond,
-		ReadMode:          ReadLease,
-		SnapshotInterval:  30 * time.Second,
-		SnapshotThreshold: 16384,
-		SnapshotRetain:    2,
-		ExportRenewals:    true,
-		OplogRetain:       10_000,
+		ClusterID:          "mooncake_cluster",
+		Params:             fsm.DefaultParams(),
+		Tick:               100 * time.Millisecond,
+		GracefulUnmountMax: 30 * time.Second,
+		HeartbeatTimeout:   300 * time.Millisecond,
+		ElectionTimeout:    300 * time.Millisecond,
+		ReadMode:           ReadLease,
+		SnapshotInterval:   30 * time.Second,
+		SnapshotThreshold:  16384,
+		SnapshotRetain:     2,
+		ExportRenewals:     true,
+		OplogRetain:        10_000,
 	}
 }
 
@@ -149,6 +153,8 @@ func (c *Config) validate() error {
 		return errcode.New(errcode.InvalidParams, "raft address is empty")
 	case c.Tick <= 0:
 		return errcode.New(errcode.InvalidParams, "tick must be positive, got %v", c.Tick)
+	case c.GracefulUnmountMax < 0:
+		return errcode.New(errcode.InvalidParams, "graceful unmount bound must not be negative, got %v", c.GracefulUnmountMax)
 	case c.Bootstrap && len(c.Peers) == 0:
 		return errcode.New(errcode.InvalidParams, "bootstrap needs --peers")
 	}

@@ -261,3 +261,56 @@ func TestFollowerFromSnapshot(t *testing.T) {
 	_, err = StartEtcdFollower(FollowerConfig{ID: "bad", GRPCAddr: freeAddr(t), Etcd: e, Snapshot: filepath.Join(t.TempDir(), "missing")})
 	assert.Equal(t, errcode.FileNotFound, errcode.Of(err))
 }
+
+// TestEtcdFollowerSeesOverwrites: upserts reach an etcd follower through
+// the real export as the OpLog rules say — an overwrite is a PUT_END with a
+// higher key_sequence_id, a key rewritten in place is gone until its end,
+// and a resizing upsert keeps the old value visible until its end.
+func TestEtcdFollowerSeesOverwrites(t *testing.T) {
+	e := testEtcd(t)
+	c := newCluster(t, 3, 50*time.Millisecond, withEtcd(e), func(cfg *Config) { cfg.Params.LeaseTTLMs = 300 })
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	for _, k := range []string{"done", "inplace", "resized"} {
+		put(t, nd, k)
+	}
+	time.Sleep(400 * time.Millisecond) // past the promotion's lease on every object
+	upsert := func(key string, size uint64) {
+		mustPropose(t, nd, &fsm.UpsertStart{PutStart: fsm.PutStart{NowMs: time.Now().UnixMilli(), Key: key, SliceLengths: []uint64{size}, ReplicaNum: 2, ClientID: "c1"}})
+	}
+	end := func(key string) {
+		mustPropose(t, nd, &fsm.PutEnd{NowMs: time.Now().UnixMilli(), Key: key, ClientID: "c1"})
+	}
+	upsert("done", 2048)
+	end("done")
+	upsert("inplace", 1024)
+	upsert("resized", 4096)
+
+	ef, err := StartEtcdFollower(FollowerConfig{ID: "obs", GRPCAddr: freeAddr(t), Etcd: e})
+	require.NoError(t, err)
+	defer ef.Close()
+	caughtUp := func() {
+		st := nd.Status()
+		require.NoError(t, ef.Follower().WaitFor(ctx(t), st.AppliedSeq))
+		assert.Equal(t, st.ObjectSetDigest, ef.Status().ObjectSetDigest)
+	}
+	caughtUp()
+	o, ok := ef.Follower().Get("done")
+	require.True(t, ok)
+	assert.Equal(t, uint64(2048), o.Size, "the overwrite")
+	assert.Equal(t, uint64(2), o.KeySeq)
+	_, ok = ef.Follower().Get("inplace")
+	assert.False(t, ok, "bytes being rewritten are not offered")
+	o, ok = ef.Follower().Get("resized")
+	require.True(t, ok)
+	assert.Equal(t, uint64(1024), o.Size, "the old value, intact, until the end")
+
+	end("inplace")
+	end("resized")
+	caughtUp()
+	o, _ = ef.Follower().Get("resized")
+	assert.Equal(t, uint64(4096), o.Size)
+	o, ok = ef.Follower().Get("inplace")
+	require.True(t, ok)
+	assert.Equal(t, uint64(3), o.KeySeq, "PUT_END 1, REMOVE 2, PUT_END 3")
+}

@@ -184,6 +184,14 @@ func (ef *EtcdFollower) GetReplicaListByRegex(context.Context, string) ([]fsm.Ke
 
 func (ef *EtcdFollower) Ping(context.Context, string) (bool, error) { return false, readOnly() }
 
+// ViewVersion is 0: a follower of etcd has no Raft group.
+func (ef *EtcdFollower) ViewVersion() uint64 { return 0 }
+
+// SegmentStatus is not known here: the OpLog carries objects, not segments.
+func (ef *EtcdFollower) SegmentStatus(context.Context, string, bool) ([]fsm.SegmentStatus, error) {
+	return nil, readOnly()
+}
+
 // Progress is Status without the digest.
 func (ef *EtcdFollower) Progress() *moonraftpb.NodeStatus {
 	return &moonraftpb.NodeStatus{Id: ef.cfg.ID, GrpcAddr: ef.cfg.GRPCAddr, Role: "etcd-follower",

@@ -29,6 +29,10 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	switch c := cmd.(type) {
 	case *fsm.Remove, *fsm.UpsertStart:
 		release = n.gateKeys([]fsm.Command{c})
+	case *fsm.GracefulUnmount:
+		if bound := n.cfg.GracefulUnmountMax.Milliseconds(); c.GraceMs == 0 || c.GraceMs > bound {
+			c.GraceMs = bound
+		}
 	case *fsm.RemoveByRegex:
 		if !c.Force {
 			release = n.gate.closeAll()

@@ -33,6 +33,13 @@ type Backend interface {
 	Ping(ctx context.Context, clientID string) (needRemount bool, err error)
 	// ClientTTLMs is the session TTL clients ping within.
 	ClientTTLMs() int64
+	// ViewVersion is the term the serving leader was promoted in
+	// (Mooncake's view_version): it changes exactly when a failover
+	// happened; 0 for a backend without a Raft group.
+	ViewVersion() uint64
+	// SegmentStatus is a read of one mounted segment, by id or by name,
+	// or with ref "" of every one, by id.
+	SegmentStatus(ctx context.Context, ref string, byName bool) ([]fsm.SegmentStatus, error)
 
 	// Admin.
 	Status() *moonraftpb.NodeStatus
@@ -59,6 +66,18 @@ func (a NoAdmin) RemoveServer(context.Context, string) error            { return
 func (a NoAdmin) TransferLeadership(context.Context, string) error      { return a.Err }
 func (a NoAdmin) SnapshotSave(context.Context, io.Writer) error         { return a.Err }
 func (a NoAdmin) SnapshotRestore(context.Context, io.Reader) error      { return a.Err }
+
+// SegmentStatusOf answers Backend.SegmentStatus from f.
+func SegmentStatusOf(f *fsm.FSM, ref string, byName bool) ([]fsm.SegmentStatus, error) {
+	if ref == "" {
+		return f.SegmentStatuses(), nil
+	}
+	st, err := f.SegmentStatus(ref, byName)
+	if err != nil {
+		return nil, err
+	}
+	return []fsm.SegmentStatus{st}, nil
+}
 
 // BatchGetByKey answers a batch read one key at a time with get, for a
 // backend without a batched path. An answer that says the backend cannot

@@ -520,13 +520,28 @@ func (c *Client) BatchGetReplicaList(ctx context.Context, keys []string) ([]Repl
 // PutStart allocates the replicas of a new object. It is never resent once
 // it may have reached the leader: a lost answer is OUTCOME_UNKNOWN.
 func (c *Client) PutStart(ctx context.Context, key string, sliceLengths []uint64, cfg ReplicateConfig, clientID string) ([]oplog.ReplicaDesc, error) {
-	r, err := call(ctx, c, false, moonraftpb.MasterClient.PutStart, &moonraftpb.PutStartRequest{
-		Key: key, SliceLengths: sliceLengths, Config: cfg.pb(), ClientId: clientID,
-	})
+	return c.start(ctx, moonraftpb.MasterClient.PutStart, PutStartItem{key, sliceLengths, cfg, clientID})
+}
+
+// UpsertStart puts key if absent and overwrites it if present (rules in
+// docs/STATE_MACHINE.md). Like PutStart it is never resent once it may have
+// reached the leader: a lost answer is OUTCOME_UNKNOWN.
+func (c *Client) UpsertStart(ctx context.Context, key string, sliceLengths []uint64, cfg ReplicateConfig, clientID string) ([]oplog.ReplicaDesc, error) {
+	return c.start(ctx, moonraftpb.MasterClient.UpsertStart, PutStartItem{key, sliceLengths, cfg, clientID})
+}
+
+type startRPC = func(moonraftpb.MasterClient, context.Context, *moonraftpb.PutStartRequest, ...grpc.CallOption) (*moonraftpb.PutStartResponse, error)
+
+func (c *Client) start(ctx context.Context, rpc startRPC, it PutStartItem) ([]oplog.ReplicaDesc, error) {
+	r, err := call(ctx, c, false, rpc, it.pb())
 	if err != nil {
 		return nil, err
 	}
 	return replicasFromPB(r.GetReplicas()), nil
+}
+
+func (it PutStartItem) pb() *moonraftpb.PutStartRequest {
+	return &moonraftpb.PutStartRequest{Key: it.Key, SliceLengths: it.SliceLengths, Config: it.Config.pb(), ClientId: it.ClientID}
 }
 
 // PutEnd completes a put; retried freely, since completing a complete
@@ -545,11 +560,23 @@ func (c *Client) PutRevoke(ctx context.Context, key, clientID string) error {
 // BatchPutStart is PutStart for many objects: one result per item, in
 // order. The error is for the batch as a whole.
 func (c *Client) BatchPutStart(ctx context.Context, items []PutStartItem) ([]PutStartResult, error) {
+	return c.batchStart(ctx, moonraftpb.MasterClient.BatchPutStart, items)
+}
+
+// BatchUpsertStart is UpsertStart for many objects, one log entry: one
+// result per item, in order. The error is for the batch as a whole.
+func (c *Client) BatchUpsertStart(ctx context.Context, items []PutStartItem) ([]PutStartResult, error) {
+	return c.batchStart(ctx, moonraftpb.MasterClient.BatchUpsertStart, items)
+}
+
+type batchStartRPC = func(moonraftpb.MasterClient, context.Context, *moonraftpb.BatchPutStartRequest, ...grpc.CallOption) (*moonraftpb.BatchPutStartResponse, error)
+
+func (c *Client) batchStart(ctx context.Context, rpc batchStartRPC, items []PutStartItem) ([]PutStartResult, error) {
 	req := &moonraftpb.BatchPutStartRequest{Items: make([]*moonraftpb.PutStartRequest, len(items))}
 	for i, it := range items {
-		req.Items[i] = &moonraftpb.PutStartRequest{Key: it.Key, SliceLengths: it.SliceLengths, Config: it.Config.pb(), ClientId: it.ClientID}
+		req.Items[i] = it.pb()
 	}
-	r, err := call(ctx, c, false, moonraftpb.MasterClient.BatchPutStart, req)
+	r, err := call(ctx, c, false, rpc, req)
 	if err != nil {
 		return nil, err
 	}
@@ -575,6 +602,47 @@ func (c *Client) BatchPutEnd(ctx context.Context, clientID string, keys []string
 // BatchPutRevoke is PutRevoke for many keys of one client: one error per key.
 func (c *Client) BatchPutRevoke(ctx context.Context, clientID string, keys []string) ([]error, error) {
 	r, err := call(ctx, c, false, moonraftpb.MasterClient.BatchPutRevoke, &moonraftpb.BatchPutRevokeRequest{Keys: keys, ClientId: clientID})
+	if err != nil {
+		return nil, err
+	}
+	return itemErrors(r.GetResults(), len(keys))
+}
+
+// UpsertEnd completes an upsert; retried freely, as PutEnd is.
+func (c *Client) UpsertEnd(ctx context.Context, key, clientID string) error {
+	_, err := call(ctx, c, true, moonraftpb.MasterClient.UpsertEnd, &moonraftpb.PutEndRequest{Key: key, ClientId: clientID})
+	return err
+}
+
+// UpsertRevoke abandons an upsert: the object goes, old value included.
+// Not resent, as PutRevoke is not.
+func (c *Client) UpsertRevoke(ctx context.Context, key, clientID string) error {
+	_, err := call(ctx, c, false, moonraftpb.MasterClient.UpsertRevoke, &moonraftpb.PutRevokeRequest{Key: key, ClientId: clientID})
+	return err
+}
+
+// BatchUpsertEnd is UpsertEnd for many keys of one client: one error per key.
+func (c *Client) BatchUpsertEnd(ctx context.Context, clientID string, keys []string) ([]error, error) {
+	r, err := call(ctx, c, true, moonraftpb.MasterClient.BatchUpsertEnd, &moonraftpb.BatchPutEndRequest{Keys: keys, ClientId: clientID})
+	if err != nil {
+		return nil, err
+	}
+	return itemErrors(r.GetResults(), len(keys))
+}
+
+// BatchUpsertRevoke is UpsertRevoke for many keys of one client: one error per key.
+func (c *Client) BatchUpsertRevoke(ctx context.Context, clientID string, keys []string) ([]error, error) {
+	r, err := call(ctx, c, false, moonraftpb.MasterClient.BatchUpsertRevoke, &moonraftpb.BatchPutRevokeRequest{Keys: keys, ClientId: clientID})
+	if err != nil {
+		return nil, err
+	}
+	return itemErrors(r.GetResults(), len(keys))
+}
+
+// BatchRemove is Remove for many keys, one log entry: one error per key.
+// Not resent: a second one would find the removed keys gone.
+func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) ([]error, error) {
+	r, err := call(ctx, c, false, moonraftpb.MasterClient.BatchRemove, &moonraftpb.BatchRemoveRequest{Keys: keys, Force: force})
 	if err != nil {
 		return nil, err
 	}
@@ -622,14 +690,81 @@ func (c *Client) UnmountSegment(ctx context.Context, clientID, segmentID string)
 	return err
 }
 
-// Ping renews clientID's session. needRemount says the master has no
-// session for it: call ReMountSegment (KeepAlive does). ttlMs is the session TTL.
-func (c *Client) Ping(ctx context.Context, clientID string) (needRemount bool, ttlMs int64, err error) {
+// GracefulUnmountSegment stops allocations on clientID's segment at once
+// and has it unmounted once nothing on it is leased or written, or after
+// grace at the latest (0: the server's bound). Not resent: once the
+// segment is gone a second one finds none.
+func (c *Client) GracefulUnmountSegment(ctx context.Context, clientID, segmentID string, grace time.Duration) error {
+	_, err := call(ctx, c, false, moonraftpb.MasterClient.GracefulUnmountSegment, &moonraftpb.GracefulUnmountSegmentRequest{
+		ClientId: clientID, SegmentId: segmentID, GracePeriodMs: grace.Milliseconds()})
+	return err
+}
+
+// SegmentStatus is QuerySegmentStatus's answer.
+type SegmentStatus struct {
+	State        string // OK or GRACEFULLY_UNMOUNTING
+	Segment      fsm.SegmentSpec
+	ClientID     string
+	UsedBytes    uint64
+	Objects      uint64
+	DrainUntilMs int64 // while GRACEFULLY_UNMOUNTING
+}
+
+// QuerySegmentStatus describes the segment named name, or, with byID, the
+// segment with id name.
+func (c *Client) QuerySegmentStatus(ctx context.Context, name string, byID bool) (SegmentStatus, error) {
+	req := &moonraftpb.QuerySegmentStatusRequest{SegmentName: name}
+	if byID {
+		req = &moonraftpb.QuerySegmentStatusRequest{SegmentId: name}
+	}
+	r, err := call(ctx, c, true, moonraftpb.MasterClient.QuerySegmentStatus, req)
+	if err != nil {
+		return SegmentStatus{}, err
+	}
+	return segmentStateFromPB(r.GetSegment()), nil
+}
+
+// ListSegments describes every mounted segment, by id.
+func (c *Client) ListSegments(ctx context.Context) ([]SegmentStatus, error) {
+	r, err := call(ctx, c, true, moonraftpb.MasterClient.ListSegments, &moonraftpb.ListSegmentsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SegmentStatus, len(r.GetSegments()))
+	for i, st := range r.GetSegments() {
+		out[i] = segmentStateFromPB(st)
+	}
+	return out, nil
+}
+
+// ServiceReady returns the server's version once a node answers.
+func (c *Client) ServiceReady(ctx context.Context) (string, error) {
+	r, err := call(ctx, c, true, moonraftpb.MasterClient.ServiceReady, &moonraftpb.ServiceReadyRequest{})
+	return r.GetVersion(), err
+}
+
+// PingResult is a Ping's answer.
+type PingResult struct {
+	// NeedRemount: the master has no session for the client; call
+	// ReMountSegment (KeepAlive does).
+	NeedRemount bool
+	TTLMs       int64 // the session TTL
+	// ViewVersion is the term the serving leader was promoted in: a new
+	// value means a failover happened since the last ping.
+	ViewVersion uint64
+}
+
+// Ping renews clientID's session.
+func (c *Client) Ping(ctx context.Context, clientID string) (PingResult, error) {
 	r, err := call(ctx, c, true, moonraftpb.MasterClient.Ping, &moonraftpb.PingRequest{ClientId: clientID})
 	if err != nil {
-		return false, 0, err
+		return PingResult{}, err
 	}
-	return r.GetClientStatus() == moonraftpb.ClientStatus_CLIENT_STATUS_NEED_REMOUNT, r.GetTtlMs(), nil
+	return PingResult{
+		NeedRemount: r.GetClientStatus() == moonraftpb.ClientStatus_CLIENT_STATUS_NEED_REMOUNT,
+		TTLMs:       r.GetTtlMs(),
+		ViewVersion: r.GetViewVersion(),
+	}, nil
 }
 
 // Status asks one node, by its endpoint, for its status; no retry.

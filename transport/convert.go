@@ -97,3 +97,19 @@ func segmentToPB(s fsm.SegmentSpec) *moonraftpb.Segment {
 func segmentFromPB(s *moonraftpb.Segment) fsm.SegmentSpec {
 	return fsm.SegmentSpec{ID: s.GetId(), Name: s.GetName(), Base: s.GetBase(), Size: s.GetSize()}
 }
+
+func segmentStateToPB(st fsm.SegmentStatus) *moonraftpb.SegmentState {
+	return &moonraftpb.SegmentState{
+		State:        st.State,
+		Segment:      segmentToPB(fsm.SegmentSpec{ID: st.ID, Name: st.Name, Base: st.Base, Size: st.Size}),
+		ClientId:     st.ClientID,
+		UsedBytes:    st.Used,
+		Objects:      uint64(st.Objects),
+		DrainUntilMs: st.DrainUntilMs,
+	}
+}
+
+func segmentStateFromPB(st *moonraftpb.SegmentState) SegmentStatus {
+	return SegmentStatus{State: st.GetState(), Segment: segmentFromPB(st.GetSegment()), ClientID: st.GetClientId(),
+		UsedBytes: st.GetUsedBytes(), Objects: st.GetObjects(), DrainUntilMs: st.GetDrainUntilMs()}
+}

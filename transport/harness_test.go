@@ -127,6 +127,17 @@ func (b *testBackend) Ping(_ context.Context, clientID string) (bool, error) {
 
 func (b *testBackend) ClientTTLMs() int64 { return fsm.DefaultParams().ClientTTLMs }
 
+func (b *testBackend) ViewVersion() uint64 { return 7 }
+
+func (b *testBackend) SegmentStatus(_ context.Context, ref string, byName bool) ([]fsm.SegmentStatus, error) {
+	if err := b.refuse(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return SegmentStatusOf(b.f, ref, byName)
+}
+
 func (b *testBackend) Progress() *moonraftpb.NodeStatus { return b.Status() }
 
 func (b *testBackend) Status() *moonraftpb.NodeStatus {

@@ -65,9 +65,10 @@ func (k *Keeper) run(ctx context.Context, c *Client, clientID string, segs []fsm
 func (k *Keeper) once(ctx context.Context, c *Client, clientID string, segs []fsm.SegmentSpec, every time.Duration) int64 {
 	budget := max(every, time.Second)
 	pctx, cancel := context.WithTimeout(ctx, budget)
-	need, ttl, err := c.Ping(pctx, clientID)
+	p, err := c.Ping(pctx, clientID)
 	cancel()
-	if err == nil && need {
+	ttl := p.TTLMs
+	if err == nil && p.NeedRemount {
 		rctx, cancel := context.WithTimeout(ctx, budget)
 		err = c.ReMountSegment(rctx, clientID, segs)
 		cancel()

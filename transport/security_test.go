@@ -103,7 +103,7 @@ func TestGRPCMutualTLS(t *testing.T) {
 	require.Equal(t, tls.RequireAndVerifyClientCert, sc.ClientAuth)
 	b, addr := startNodeWith(t, ServerConfig{}, grpc.Creds(credentials.NewTLS(sc)))
 
-	_, _, err = tlsClient(t, p.client, addr).Ping(ctxT(t, 5*time.Second), "c1")
+	_, err = tlsClient(t, p.client, addr).Ping(ctxT(t, 5*time.Second), "c1")
 	require.NoError(t, err, "a client with a certificate of the CA is served")
 	require.EqualValues(t, 1, b.pings.Load())
 
@@ -115,7 +115,7 @@ func TestGRPCMutualTLS(t *testing.T) {
 	}
 	for name, c := range refused {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := c.Ping(ctxT(t, 1500*time.Millisecond), "c1")
+			_, err := c.Ping(ctxT(t, 1500*time.Millisecond), "c1")
 			require.Error(t, err)
 			assert.Equal(t, errcode.UnavailableInCurrentStatus, errcode.Of(err), "%v", err)
 			assert.Contains(t, err.Error(), "cannot reach", "refused before the request was sent: %v", err)
@@ -126,7 +126,7 @@ func TestGRPCMutualTLS(t *testing.T) {
 
 	// The client side checks the server too: a server certificate of a CA
 	// the client does not trust is refused.
-	_, _, err = tlsClient(t, TLSFiles{Cert: p.other.Cert, Key: p.other.Key, CA: p.other.Cert}, addr).Ping(ctxT(t, time.Second), "c1")
+	_, err = tlsClient(t, TLSFiles{Cert: p.other.Cert, Key: p.other.Key, CA: p.other.Cert}, addr).Ping(ctxT(t, time.Second), "c1")
 	require.Error(t, err)
 }
 
@@ -430,7 +430,7 @@ func TestInFlightCap(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
-			_, _, err := c.Ping(ctxT(t, 10*time.Second), "busy")
+			_, err := c.Ping(ctxT(t, 10*time.Second), "busy")
 			assert.NoError(t, err)
 		})
 	}
@@ -445,19 +445,19 @@ func TestInFlightCap(t *testing.T) {
 	assert.Contains(t, st.GetMessage(), "client busy has 2 requests in flight on this node, the limit is 2")
 
 	// The Go client retries it with backoff within its deadline.
-	_, _, err = c.Ping(ctxT(t, 300*time.Millisecond), "busy")
+	_, err = c.Ping(ctxT(t, 300*time.Millisecond), "busy")
 	requireCode(t, errcode.TooManyRequests, err)
 
 	// Another client is not held back.
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := c.Ping(ctxT(t, 5*time.Second), "other")
+		_, err := c.Ping(ctxT(t, 5*time.Second), "other")
 		done <- err
 	}()
 	<-b.entered
 	close(b.release)
 	require.NoError(t, <-done)
 	wg.Wait()
-	_, _, err = c.Ping(ctxT(t, 5*time.Second), "busy")
+	_, err = c.Ping(ctxT(t, 5*time.Second), "busy")
 	require.NoError(t, err, "served again once its calls finished")
 }

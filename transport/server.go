@@ -6,6 +6,7 @@ import (
 
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/internal/buildinfo"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -202,17 +203,48 @@ func (s *server) proposeBatch(ctx context.Context, cmds []fsm.Command) (*moonraf
 }
 
 func (s *server) BatchPutStart(ctx context.Context, req *moonraftpb.BatchPutStartRequest) (*moonraftpb.BatchPutStartResponse, error) {
+	return s.batchPutStart(ctx, req, func(p *fsm.PutStart) fsm.Command { return p }), nil
+}
+
+func (s *server) UpsertStart(ctx context.Context, req *moonraftpb.PutStartRequest) (*moonraftpb.PutStartResponse, error) {
+	r, st := s.propose(ctx, &fsm.UpsertStart{PutStart: *s.putStartCmd(req)})
+	return &moonraftpb.PutStartResponse{Status: st, Replicas: replicasToPB(r.Replicas)}, nil
+}
+
+// UpsertEnd and UpsertRevoke are PutEnd and PutRevoke, as in Mooncake.
+func (s *server) UpsertEnd(ctx context.Context, req *moonraftpb.PutEndRequest) (*moonraftpb.PutEndResponse, error) {
+	return s.PutEnd(ctx, req)
+}
+
+func (s *server) UpsertRevoke(ctx context.Context, req *moonraftpb.PutRevokeRequest) (*moonraftpb.PutRevokeResponse, error) {
+	return s.PutRevoke(ctx, req)
+}
+
+func (s *server) BatchUpsertStart(ctx context.Context, req *moonraftpb.BatchPutStartRequest) (*moonraftpb.BatchPutStartResponse, error) {
+	return s.batchPutStart(ctx, req, func(p *fsm.PutStart) fsm.Command { return &fsm.UpsertStart{PutStart: *p} }), nil
+}
+
+func (s *server) BatchUpsertEnd(ctx context.Context, req *moonraftpb.BatchPutEndRequest) (*moonraftpb.BatchPutEndResponse, error) {
+	return s.BatchPutEnd(ctx, req)
+}
+
+func (s *server) BatchUpsertRevoke(ctx context.Context, req *moonraftpb.BatchPutRevokeRequest) (*moonraftpb.BatchPutRevokeResponse, error) {
+	return s.BatchPutRevoke(ctx, req)
+}
+
+// batchPutStart proposes the items as one batch of as(PutStart) commands.
+func (s *server) batchPutStart(ctx context.Context, req *moonraftpb.BatchPutStartRequest, as func(*fsm.PutStart) fsm.Command) *moonraftpb.BatchPutStartResponse {
 	items := req.GetItems()
 	cmds := make([]fsm.Command, len(items))
 	for i, it := range items {
-		cmds[i] = s.putStartCmd(it)
+		cmds[i] = as(s.putStartCmd(it))
 	}
 	top, rs := s.proposeBatch(ctx, cmds)
 	resp := &moonraftpb.BatchPutStartResponse{Status: top}
 	for _, r := range rs {
 		resp.Results = append(resp.Results, &moonraftpb.PutStartResponse{Status: statusOf(r.Err), Replicas: replicasToPB(r.Replicas)})
 	}
-	return resp, nil
+	return resp
 }
 
 func (s *server) BatchPutEnd(ctx context.Context, req *moonraftpb.BatchPutEndRequest) (*moonraftpb.BatchPutEndResponse, error) {
@@ -257,6 +289,21 @@ func (s *server) Remove(ctx context.Context, req *moonraftpb.RemoveRequest) (*mo
 	return &moonraftpb.RemoveResponse{Status: st, Removed: r.Removed}, nil
 }
 
+func (s *server) BatchRemove(ctx context.Context, req *moonraftpb.BatchRemoveRequest) (*moonraftpb.BatchRemoveResponse, error) {
+	top, sts := s.keysBatch(ctx, req.GetKeys(), func(k string) fsm.Command {
+		return &fsm.Remove{NowMs: s.b.Now(), Key: k, Force: req.GetForce()}
+	})
+	resp := &moonraftpb.BatchRemoveResponse{Status: top}
+	for _, st := range sts {
+		r := &moonraftpb.RemoveResponse{Status: st}
+		if isOK(st) {
+			r.Removed = 1
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	return resp, nil
+}
+
 func (s *server) RemoveByRegex(ctx context.Context, req *moonraftpb.RemoveByRegexRequest) (*moonraftpb.RemoveByRegexResponse, error) {
 	if err := s.checkRegex(req.GetRegex()); err != nil {
 		return &moonraftpb.RemoveByRegexResponse{Status: statusOf(err)}, nil
@@ -289,11 +336,43 @@ func (s *server) UnmountSegment(ctx context.Context, req *moonraftpb.UnmountSegm
 	return &moonraftpb.UnmountSegmentResponse{Status: st}, nil
 }
 
+func (s *server) GracefulUnmountSegment(ctx context.Context, req *moonraftpb.GracefulUnmountSegmentRequest) (*moonraftpb.UnmountSegmentResponse, error) {
+	_, st := s.propose(ctx, &fsm.GracefulUnmount{NowMs: s.b.Now(), ClientID: req.GetClientId(), SegmentID: req.GetSegmentId(), GraceMs: req.GetGracePeriodMs()})
+	return &moonraftpb.UnmountSegmentResponse{Status: st}, nil
+}
+
+func (s *server) QuerySegmentStatus(ctx context.Context, req *moonraftpb.QuerySegmentStatusRequest) (*moonraftpb.QuerySegmentStatusResponse, error) {
+	name, id := req.GetSegmentName(), req.GetSegmentId()
+	if (name == "") == (id == "") {
+		return &moonraftpb.QuerySegmentStatusResponse{Status: statusOf(errcode.New(errcode.InvalidParams,
+			"name the segment by exactly one of segment_name and segment_id"))}, nil
+	}
+	sts, err := s.b.SegmentStatus(ctx, name+id, name != "")
+	if err != nil {
+		return &moonraftpb.QuerySegmentStatusResponse{Status: statusOf(err)}, nil
+	}
+	return &moonraftpb.QuerySegmentStatusResponse{Status: statusOf(nil), Segment: segmentStateToPB(sts[0])}, nil
+}
+
+func (s *server) ListSegments(ctx context.Context, _ *moonraftpb.ListSegmentsRequest) (*moonraftpb.ListSegmentsResponse, error) {
+	sts, err := s.b.SegmentStatus(ctx, "", false)
+	resp := &moonraftpb.ListSegmentsResponse{Status: statusOf(err)}
+	for _, st := range sts {
+		resp.Segments = append(resp.Segments, segmentStateToPB(st))
+	}
+	return resp, nil
+}
+
+func (s *server) ServiceReady(context.Context, *moonraftpb.ServiceReadyRequest) (*moonraftpb.ServiceReadyResponse, error) {
+	return &moonraftpb.ServiceReadyResponse{Status: statusOf(nil), Version: buildinfo.Version()}, nil
+}
+
 func (s *server) Ping(ctx context.Context, req *moonraftpb.PingRequest) (*moonraftpb.PingResponse, error) {
 	need, err := s.b.Ping(ctx, req.GetClientId())
 	resp := &moonraftpb.PingResponse{Status: statusOf(err)}
 	if err == nil {
 		resp.ClientStatus, resp.TtlMs = moonraftpb.ClientStatus_CLIENT_STATUS_OK, s.b.ClientTTLMs()
+		resp.ViewVersion = s.b.ViewVersion()
 		if need {
 			resp.ClientStatus = moonraftpb.ClientStatus_CLIENT_STATUS_NEED_REMOUNT
 		}

@@ -134,13 +134,12 @@ func TestRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, n)
 
-	need, ttl, err := c.Ping(ctx, "c1")
+	p, err := c.Ping(ctx, "c1")
 	require.NoError(t, err)
-	assert.False(t, need)
-	assert.Equal(t, fsm.DefaultParams().ClientTTLMs, ttl)
-	need, _, err = c.Ping(ctx, "stranger")
+	assert.Equal(t, PingResult{TTLMs: fsm.DefaultParams().ClientTTLMs, ViewVersion: 7}, p, "the view version is the backend's")
+	p, err = c.Ping(ctx, "stranger")
 	require.NoError(t, err)
-	assert.True(t, need)
+	assert.True(t, p.NeedRemount)
 
 	require.NoError(t, c.UnmountSegment(ctx, "c1", "s2"))
 	requireCode(t, errcode.SegmentNotFound, c.UnmountSegment(ctx, "c1", "s2"))
@@ -238,22 +237,57 @@ func TestUnreachableEndpointSkipped(t *testing.T) {
 	assert.Contains(t, err.Error(), "cannot reach")
 }
 
-func TestPutStartOutcomeUnknownNotRetried(t *testing.T) {
-	b, addr := startNode(t)
-	c := dialT(t, addr)
-	ctx := ctxT(t, 10*time.Second)
-	require.NoError(t, c.MountSegment(ctx, "c1", seg("s1", 0)))
-	before := b.proposes.Load()
+// TestOutcomeUnknownNotRetried: a write that is not idempotent is sent
+// once; a lost answer is OUTCOME_UNKNOWN, because it was in fact applied.
+func TestOutcomeUnknownNotRetried(t *testing.T) {
+	one := ReplicateConfig{ReplicaNum: 1}
+	tests := []struct {
+		name    string
+		write   func(ctx context.Context, c *Client) error
+		applied func(ctx context.Context, t *testing.T, c *Client)
+	}{
+		{"PutStart", func(ctx context.Context, c *Client) error {
+			_, err := c.PutStart(ctx, "k", []uint64{10}, one, "c1")
+			return err
+		}, func(ctx context.Context, t *testing.T, c *Client) {
+			_, _, err := c.GetReplicaList(ctx, "k")
+			requireCode(t, errcode.ReplicaIsNotReady, err)
+		}},
+		{"UpsertStart", func(ctx context.Context, c *Client) error {
+			_, err := c.UpsertStart(ctx, "done", []uint64{10}, one, "c1")
+			return err
+		}, func(ctx context.Context, t *testing.T, c *Client) {
+			_, _, err := c.GetReplicaList(ctx, "done")
+			requireCode(t, errcode.ReplicaIsNotReady, err, "the overwrite started")
+		}},
+		{"BatchRemove", func(ctx context.Context, c *Client) error {
+			_, err := c.BatchRemove(ctx, []string{"done"}, false)
+			return err
+		}, func(ctx context.Context, t *testing.T, c *Client) {
+			ok, _, err := c.ExistKey(ctx, "done")
+			require.NoError(t, err)
+			assert.False(t, ok)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, addr := startNode(t)
+			c := dialT(t, addr)
+			ctx := ctxT(t, 10*time.Second)
+			require.NoError(t, c.MountSegment(ctx, "c1", seg("s1", 0)))
+			_, err := c.PutStart(ctx, "done", []uint64{10}, one, "c1")
+			require.NoError(t, err)
+			require.NoError(t, c.PutEnd(ctx, "done", "c1"))
+			before := b.proposes.Load()
 
-	b.dropNext.Store(true)
-	_, err := c.PutStart(ctx, "k", []uint64{10}, ReplicateConfig{ReplicaNum: 1}, "c1")
-	requireCode(t, errcode.OutcomeUnknown, err)
-	assert.Contains(t, err.Error(), "check with GetReplicaList/ExistKey")
-	assert.EqualValues(t, 1, b.proposes.Load()-before, "sent exactly once")
-
-	// It was in fact applied: that is why it must not be resent blindly.
-	_, _, err = c.GetReplicaList(ctx, "k")
-	requireCode(t, errcode.ReplicaIsNotReady, err)
+			b.dropNext.Store(true)
+			err = tt.write(ctx, c)
+			requireCode(t, errcode.OutcomeUnknown, err)
+			assert.Contains(t, err.Error(), "check with GetReplicaList/ExistKey")
+			assert.EqualValues(t, 1, b.proposes.Load()-before, "sent exactly once")
+			tt.applied(ctx, t, c)
+		})
+	}
 }
 
 func TestPutEndRetriedAfterLostAnswer(t *testing.T) {

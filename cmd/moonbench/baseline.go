@@ -185,8 +185,15 @@ func (p *rawPrimary) run(ctx context.Context) {
 	}
 }
 
-func (p *rawPrimary) Now() int64         { return time.Now().UnixMilli() }
-func (p *rawPrimary) ClientTTLMs() int64 { return p.f.Params().ClientTTLMs }
+func (p *rawPrimary) Now() int64          { return time.Now().UnixMilli() }
+func (p *rawPrimary) ClientTTLMs() int64  { return p.f.Params().ClientTTLMs }
+func (p *rawPrimary) ViewVersion() uint64 { return 0 }
+
+func (p *rawPrimary) SegmentStatus(_ context.Context, ref string, byName bool) ([]fsm.SegmentStatus, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return transport.SegmentStatusOf(p.f, ref, byName)
+}
 
 func (p *rawPrimary) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	return p.apply(ctx, cmd)

@@ -81,6 +81,8 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	softPinTTL := fs.Duration("soft-pin-ttl", time.Duration(cfg.Params.SoftPinTTLMs)*time.Millisecond, "soft pin of objects put with soft pin")
 	clientTTL := fs.Duration("client-ttl", time.Duration(cfg.Params.ClientTTLMs)*time.Millisecond, "a client's session ends this long after its last ping")
 	fs.DurationVar(&cfg.Tick, "tick", cfg.Tick, "how often the leader replicates time, renewals and pings")
+	fs.DurationVar(&cfg.GracefulUnmountMax, "graceful-unmount-max", cfg.GracefulUnmountMax,
+		"longest wait of a graceful unmount before the segment goes whatever holds it (a request for none or more gets this)")
 	highWatermark := fs.Float64("high-watermark", float64(cfg.Params.HighWatermarkPPM)/1e6, "evict when used/capacity exceeds this")
 	evictionRatio := fs.Float64("eviction-ratio", float64(cfg.Params.EvictionRatioPPM)/1e6, "share of capacity each eviction frees")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "Raft heartbeat timeout")

@@ -2246,10 +2246,14 @@ func (x *PingRequest) GetClientId() string {
 
 // PingResponse answers Ping.
 type PingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	ClientStatus  ClientStatus           `protobuf:"varint,2,opt,name=client_status,json=clientStatus,proto3,enum=moonraft.v1.ClientStatus" json:"client_status,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"` // client_ttl: ping well within it
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Status       *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	ClientStatus ClientStatus           `protobuf:"varint,2,opt,name=client_status,json=clientStatus,proto3,enum=moonraft.v1.ClientStatus" json:"client_status,omitempty"`
+	TtlMs        int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"` // client_ttl: ping well within it
+	// view_version is the Raft term the serving leader was promoted in
+	// (Mooncake's view_version): it changes exactly when a failover
+	// happened. 0 from a server without a Raft group.
+	ViewVersion   uint64 `protobuf:"varint,4,opt,name=view_version,json=viewVersion,proto3" json:"view_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2305,6 +2309,555 @@ func (x *PingResponse) GetTtlMs() int64 {
 	return 0
 }
 
+func (x *PingResponse) GetViewVersion() uint64 {
+	if x != nil {
+		return x.ViewVersion
+	}
+	return 0
+}
+
+// BatchRemoveRequest deletes keys; force ignores their read leases.
+type BatchRemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRemoveRequest) Reset() {
+	*x = BatchRemoveRequest{}
+	mi := &file_moonraft_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRemoveRequest) ProtoMessage() {}
+
+func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_moonraft_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRemoveRequest.ProtoReflect.Descriptor instead.
+func (*BatchRemoveRequest) Descriptor() ([]byte, []int) {
+	return file_moonraft_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *BatchRemoveRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *BatchRemoveRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// BatchRemoveResponse has one result per key, in order.
+type BatchRemoveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Results       []*RemoveResponse      `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRemoveResponse) Reset() {
+	*x = BatchRemoveResponse{}
+	mi := &file_moonraft_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRemoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRemoveResponse) ProtoMessage() {}
+
+func (x *BatchRemoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_moonraft_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRemoveResponse.ProtoReflect.Descriptor instead.
+func (*BatchRemoveResponse) Descriptor() ([]byte, []int) {
+	return file_moonraft_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *BatchRemoveResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *BatchRemoveResponse) GetResults() []*RemoveResponse {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// GracefulUnmountSegmentRequest drains client_id's segment segment_id.
+type GracefulUnmountSegmentRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClientId  string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	SegmentId string                 `protobuf:"bytes,2,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	// grace_period_ms is the longest wait before the segment is unmounted
+	// whatever holds it; 0 or more than the server's bound
+	// (--graceful-unmount-max) means that bound.
+	GracePeriodMs int64 `protobuf:"varint,3,opt,name=grace_period_ms,json=gracePeriodMs,proto3" json:"grace_period_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GracefulUnmountSegmentRequest) Reset() {
+	*x = GracefulUnmountSegmentRequest{}
+	mi := &file_moonraft_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GracefulUnmountSegmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GracefulUnmountSegmentRequest) ProtoMessage() {}
+
+func (x *GracefulUnmountSegmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_moonraft_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GracefulUnmountSegmentRequest.ProtoReflect.Descriptor instead.
+func (*GracefulUnmountSegmentRequest) Descriptor() ([]byte, []int) {
+	return file_moonraft_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *GracefulUnmountSegmentRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *GracefulUnmountSegmentRequest) GetSegmentId() string {
+	if x != nil {
+		return x.SegmentId
+	}
+	return ""
+}
+
+func (x *GracefulUnmountSegmentRequest) GetGracePeriodMs() int64 {
+	if x != nil {
+		return x.GracePeriodMs
+	}
+	return 0
+}
+
+// QuerySegmentStatusRequest names a segment by exactly one of its name and id.
+type QuerySegmentStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SegmentName   string                 `protobuf:"bytes,1,opt,name=segment_name,json=segmentName,proto3" json:"segment_name,omitempty"`
+	SegmentId     string                 `protobuf:"bytes,2,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuerySegmentStatusRequest) Reset() {
+	*x = QuerySegmentStatusRequest{}
+	mi := &file_moonraft_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuerySegmentStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuerySegmentStatusRequest) ProtoMessage() {}
+
+func (x *QuerySegmentStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_moonraft_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuerySegmentStatusRequest.ProtoReflect.Descriptor instead.
+func (*QuerySegmentStatusRequest) Descriptor() ([]byte, []int) {
+	return file_moonraft_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *QuerySegmentStatusRequest) GetSegmentName() string {
+	if x != nil {
+		return x.SegmentName
+	}
+	return ""
+}
+
+func (x *QuerySegmentStatusRequest) GetSegmentId() string {
+	if x != nil {
+		return x.SegmentId
+	}
+	return ""
+}
+
+// SegmentState is what the master knows of one mounted segment.
+type SegmentState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// state is Mooncake's SegmentStatus name: OK or GRACEFULLY_UNMOUNTING.
+	State         string   `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Segment       *Segment `protobuf:"bytes,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	ClientId      string   `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	UsedBytes     uint64   `protobuf:"varint,4,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`            // allocated to buffers, PROCESSING or COMPLETE
+	Objects       uint64   `protobuf:"varint,5,opt,name=objects,proto3" json:"objects,omitempty"`                                 // objects with a buffer on the segment
+	DrainUntilMs  int64    `protobuf:"varint,6,opt,name=drain_until_ms,json=drainUntilMs,proto3" json:"drain_until_ms,omitempty"` // while GRACEFULLY_UNMOUNTING: the latest unmount time
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SegmentState) Reset() {
+	*x = SegmentState{}
+	mi := &file_moonraft_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SegmentState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SegmentState) ProtoMessage() {}
+
+func (x *SegmentState) ProtoReflect() protoreflect.Message {
+	mi := &file_moonraft_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SegmentState.ProtoReflect.Descriptor instead.
+func (*SegmentState) Descriptor() ([]byte, []int) {
+	return file_moonraft_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SegmentState) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SegmentState) GetSegment() *Segment {
+	if x != nil {
+		return x.Segment
+	}
+	return nil
+}
+
+func (x *SegmentState) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *SegmentState) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *SegmentState) GetObjects() uint64 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
+func (x *SegmentState) GetDrainUntilMs() int64 {
+	if x != nil {
+		return x.DrainUntilMs
+	}
+	return 0
+}
+
+// QuerySegmentStatusResponse describes one segment.
+type QuerySegmentStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Segment       *SegmentState          `protobuf:"bytes,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuerySegmentStatusResponse) Reset() {
+	*x = QuerySegmentStatusResponse{}
+	mi := &file_moonraft_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuerySegmentStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuerySegmentStatusResponse) ProtoMessage() {}
+
+func (x *QuerySegmentStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_moonraft_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuerySegmentStatusResponse.ProtoReflect.Descriptor instead.
+func (*QuerySegmentStatusResponse) Descriptor() ([]byte, []int) {
+	return file_moonraft_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *QuerySegmentStatusResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *QuerySegmentStatusResponse) GetSegment() *SegmentState {
+	if x != nil {
+		return x.Segment
+	}
+	return nil
+}
+
+// ListSegmentsRequest asks for every mounted segment.
+type ListSegmentsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSegmentsRequest) Reset() {
+	*x = ListSegmentsRequest{}
+	mi := &file_moonraft_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSegmentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSegmentsRequest) ProtoMessage() {}
+
+func (x *ListSegmentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_moonraft_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSegmentsRequest.ProtoReflect.Descriptor instead.
+func (*ListSegmentsRequest) Descriptor() ([]byte, []int) {
+	return file_moonraft_proto_rawDescGZIP(), []int{48}
+}
+
+// ListSegmentsResponse describes every mounted segment, by id.
+type ListSegmentsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Segments      []*SegmentState        `protobuf:"bytes,2,rep,name=segments,proto3" json:"segments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSegmentsResponse) Reset() {
+	*x = ListSegmentsResponse{}
+	mi := &file_moonraft_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSegmentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSegmentsResponse) ProtoMessage() {}
+
+func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_moonraft_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSegmentsResponse.ProtoReflect.Descriptor instead.
+func (*ListSegmentsResponse) Descriptor() ([]byte, []int) {
+	return file_moonraft_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ListSegmentsResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *ListSegmentsResponse) GetSegments() []*SegmentState {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+// ServiceReadyRequest asks whether the node serves.
+type ServiceReadyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceReadyRequest) Reset() {
+	*x = ServiceReadyRequest{}
+	mi := &file_moonraft_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceReadyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceReadyRequest) ProtoMessage() {}
+
+func (x *ServiceReadyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_moonraft_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceReadyRequest.ProtoReflect.Descriptor instead.
+func (*ServiceReadyRequest) Descriptor() ([]byte, []int) {
+	return file_moonraft_proto_rawDescGZIP(), []int{50}
+}
+
+// ServiceReadyResponse carries the server's version.
+type ServiceReadyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceReadyResponse) Reset() {
+	*x = ServiceReadyResponse{}
+	mi := &file_moonraft_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceReadyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceReadyResponse) ProtoMessage() {}
+
+func (x *ServiceReadyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_moonraft_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceReadyResponse.ProtoReflect.Descriptor instead.
+func (*ServiceReadyResponse) Descriptor() ([]byte, []int) {
+	return file_moonraft_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ServiceReadyResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *ServiceReadyResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 // StatusRequest asks a node for its status.
 type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2318,7 +2871,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_moonraft_proto_msgTypes[42]
+	mi := &file_moonraft_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2330,7 +2883,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[42]
+	mi := &file_moonraft_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2343,7 +2896,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{42}
+	return file_moonraft_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StatusRequest) GetSkipDigests() bool {
@@ -2364,7 +2917,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_moonraft_proto_msgTypes[43]
+	mi := &file_moonraft_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2929,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[43]
+	mi := &file_moonraft_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2942,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{43}
+	return file_moonraft_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -2440,7 +2993,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_moonraft_proto_msgTypes[44]
+	mi := &file_moonraft_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +3005,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[44]
+	mi := &file_moonraft_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +3018,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{44}
+	return file_moonraft_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -2652,7 +3205,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_moonraft_proto_msgTypes[45]
+	mi := &file_moonraft_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +3217,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[45]
+	mi := &file_moonraft_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +3230,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{45}
+	return file_moonraft_proto_rawDescGZIP(), []int{55}
 }
 
 // MembersResponse lists the Raft configuration.
@@ -2691,7 +3244,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_moonraft_proto_msgTypes[46]
+	mi := &file_moonraft_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2703,7 +3256,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[46]
+	mi := &file_moonraft_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2716,7 +3269,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{46}
+	return file_moonraft_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MembersResponse) GetStatus() *Status {
@@ -2747,7 +3300,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_moonraft_proto_msgTypes[47]
+	mi := &file_moonraft_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +3312,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[47]
+	mi := &file_moonraft_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +3325,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{47}
+	return file_moonraft_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Member) GetId() string {
@@ -2822,7 +3375,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_moonraft_proto_msgTypes[48]
+	mi := &file_moonraft_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2834,7 +3387,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[48]
+	mi := &file_moonraft_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2847,7 +3400,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{48}
+	return file_moonraft_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AddVoterRequest) GetId() string {
@@ -2881,7 +3434,7 @@ type AddVoterResponse struct {
 
 func (x *AddVoterResponse) Reset() {
 	*x = AddVoterResponse{}
-	mi := &file_moonraft_proto_msgTypes[49]
+	mi := &file_moonraft_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2893,7 +3446,7 @@ func (x *AddVoterResponse) String() string {
 func (*AddVoterResponse) ProtoMessage() {}
 
 func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[49]
+	mi := &file_moonraft_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2906,7 +3459,7 @@ func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterResponse.ProtoReflect.Descriptor instead.
 func (*AddVoterResponse) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{49}
+	return file_moonraft_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AddVoterResponse) GetStatus() *Status {
@@ -2926,7 +3479,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_moonraft_proto_msgTypes[50]
+	mi := &file_moonraft_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3491,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[50]
+	mi := &file_moonraft_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3504,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{50}
+	return file_moonraft_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RemoveServerRequest) GetId() string {
@@ -2971,7 +3524,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_moonraft_proto_msgTypes[51]
+	mi := &file_moonraft_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2983,7 +3536,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[51]
+	mi := &file_moonraft_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2996,7 +3549,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{51}
+	return file_moonraft_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RemoveServerResponse) GetStatus() *Status {
@@ -3016,7 +3569,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_moonraft_proto_msgTypes[52]
+	mi := &file_moonraft_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3581,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[52]
+	mi := &file_moonraft_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3594,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{52}
+	return file_moonraft_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -3061,7 +3614,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_moonraft_proto_msgTypes[53]
+	mi := &file_moonraft_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3073,7 +3626,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[53]
+	mi := &file_moonraft_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3086,7 +3639,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{53}
+	return file_moonraft_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TransferLeadershipResponse) GetStatus() *Status {
@@ -3105,7 +3658,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_moonraft_proto_msgTypes[54]
+	mi := &file_moonraft_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3117,7 +3670,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[54]
+	mi := &file_moonraft_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3130,7 +3683,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{54}
+	return file_moonraft_proto_rawDescGZIP(), []int{64}
 }
 
 // SnapshotChunk is a piece of a MOONSNAP file, streamed in order.
@@ -3143,7 +3696,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_moonraft_proto_msgTypes[55]
+	mi := &file_moonraft_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3708,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[55]
+	mi := &file_moonraft_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3721,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{55}
+	return file_moonraft_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -3188,7 +3741,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_moonraft_proto_msgTypes[56]
+	mi := &file_moonraft_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3200,7 +3753,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_moonraft_proto_msgTypes[56]
+	mi := &file_moonraft_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3213,7 +3766,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_moonraft_proto_rawDescGZIP(), []int{56}
+	return file_moonraft_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SnapshotRestoreResponse) GetStatus() *Status {
@@ -3353,11 +3906,46 @@ const file_moonraft_proto_rawDesc = "" +
 	"\x16UnmountSegmentResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\"*\n" +
 	"\vPingRequest\x12\x1b\n" +
-	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x92\x01\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\xb5\x01\n" +
 	"\fPingResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12>\n" +
 	"\rclient_status\x18\x02 \x01(\x0e2\x19.moonraft.v1.ClientStatusR\fclientStatus\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"2\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12!\n" +
+	"\fview_version\x18\x04 \x01(\x04R\vviewVersion\">\n" +
+	"\x12BatchRemoveRequest\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"y\n" +
+	"\x13BatchRemoveResponse\x12+\n" +
+	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x125\n" +
+	"\aresults\x18\x02 \x03(\v2\x1b.moonraft.v1.RemoveResponseR\aresults\"\x83\x01\n" +
+	"\x1dGracefulUnmountSegmentRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
+	"\n" +
+	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12&\n" +
+	"\x0fgrace_period_ms\x18\x03 \x01(\x03R\rgracePeriodMs\"]\n" +
+	"\x19QuerySegmentStatusRequest\x12!\n" +
+	"\fsegment_name\x18\x01 \x01(\tR\vsegmentName\x12\x1d\n" +
+	"\n" +
+	"segment_id\x18\x02 \x01(\tR\tsegmentId\"\xd0\x01\n" +
+	"\fSegmentState\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12.\n" +
+	"\asegment\x18\x02 \x01(\v2\x14.moonraft.v1.SegmentR\asegment\x12\x1b\n" +
+	"\tclient_id\x18\x03 \x01(\tR\bclientId\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x04 \x01(\x04R\tusedBytes\x12\x18\n" +
+	"\aobjects\x18\x05 \x01(\x04R\aobjects\x12$\n" +
+	"\x0edrain_until_ms\x18\x06 \x01(\x03R\fdrainUntilMs\"~\n" +
+	"\x1aQuerySegmentStatusResponse\x12+\n" +
+	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x123\n" +
+	"\asegment\x18\x02 \x01(\v2\x19.moonraft.v1.SegmentStateR\asegment\"\x15\n" +
+	"\x13ListSegmentsRequest\"z\n" +
+	"\x14ListSegmentsResponse\x12+\n" +
+	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x125\n" +
+	"\bsegments\x18\x02 \x03(\v2\x19.moonraft.v1.SegmentStateR\bsegments\"\x15\n" +
+	"\x13ServiceReadyRequest\"]\n" +
+	"\x14ServiceReadyResponse\x12+\n" +
+	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"2\n" +
 	"\rStatusRequest\x12!\n" +
 	"\fskip_digests\x18\x01 \x01(\bR\vskipDigests\"j\n" +
 	"\x0eStatusResponse\x12+\n" +
@@ -3426,7 +4014,7 @@ const file_moonraft_proto_rawDesc = "" +
 	"\fClientStatus\x12\x1d\n" +
 	"\x19CLIENT_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10CLIENT_STATUS_OK\x10\x01\x12\x1e\n" +
-	"\x1aCLIENT_STATUS_NEED_REMOUNT\x10\x022\x9f\x10\n" +
+	"\x1aCLIENT_STATUS_NEED_REMOUNT\x10\x022\xdc\x17\n" +
 	"\x06Master\x12G\n" +
 	"\bExistKey\x12\x1c.moonraft.v1.ExistKeyRequest\x1a\x1d.moonraft.v1.ExistKeyResponse\x12V\n" +
 	"\rBatchExistKey\x12!.moonraft.v1.BatchExistKeyRequest\x1a\".moonraft.v1.BatchExistKeyResponse\x12Y\n" +
@@ -3445,7 +4033,18 @@ const file_moonraft_proto_rawDesc = "" +
 	"\fMountSegment\x12 .moonraft.v1.MountSegmentRequest\x1a!.moonraft.v1.MountSegmentResponse\x12Y\n" +
 	"\x0eReMountSegment\x12\".moonraft.v1.ReMountSegmentRequest\x1a#.moonraft.v1.ReMountSegmentResponse\x12Y\n" +
 	"\x0eUnmountSegment\x12\".moonraft.v1.UnmountSegmentRequest\x1a#.moonraft.v1.UnmountSegmentResponse\x12;\n" +
-	"\x04Ping\x12\x18.moonraft.v1.PingRequest\x1a\x19.moonraft.v1.PingResponse\x12A\n" +
+	"\x04Ping\x12\x18.moonraft.v1.PingRequest\x1a\x19.moonraft.v1.PingResponse\x12J\n" +
+	"\vUpsertStart\x12\x1c.moonraft.v1.PutStartRequest\x1a\x1d.moonraft.v1.PutStartResponse\x12D\n" +
+	"\tUpsertEnd\x12\x1a.moonraft.v1.PutEndRequest\x1a\x1b.moonraft.v1.PutEndResponse\x12M\n" +
+	"\fUpsertRevoke\x12\x1d.moonraft.v1.PutRevokeRequest\x1a\x1e.moonraft.v1.PutRevokeResponse\x12Y\n" +
+	"\x10BatchUpsertStart\x12!.moonraft.v1.BatchPutStartRequest\x1a\".moonraft.v1.BatchPutStartResponse\x12S\n" +
+	"\x0eBatchUpsertEnd\x12\x1f.moonraft.v1.BatchPutEndRequest\x1a .moonraft.v1.BatchPutEndResponse\x12\\\n" +
+	"\x11BatchUpsertRevoke\x12\".moonraft.v1.BatchPutRevokeRequest\x1a#.moonraft.v1.BatchPutRevokeResponse\x12P\n" +
+	"\vBatchRemove\x12\x1f.moonraft.v1.BatchRemoveRequest\x1a .moonraft.v1.BatchRemoveResponse\x12i\n" +
+	"\x16GracefulUnmountSegment\x12*.moonraft.v1.GracefulUnmountSegmentRequest\x1a#.moonraft.v1.UnmountSegmentResponse\x12e\n" +
+	"\x12QuerySegmentStatus\x12&.moonraft.v1.QuerySegmentStatusRequest\x1a'.moonraft.v1.QuerySegmentStatusResponse\x12S\n" +
+	"\fListSegments\x12 .moonraft.v1.ListSegmentsRequest\x1a!.moonraft.v1.ListSegmentsResponse\x12S\n" +
+	"\fServiceReady\x12 .moonraft.v1.ServiceReadyRequest\x1a!.moonraft.v1.ServiceReadyResponse\x12A\n" +
 	"\x06Status\x12\x1a.moonraft.v1.StatusRequest\x1a\x1b.moonraft.v1.StatusResponse\x12D\n" +
 	"\aMembers\x12\x1b.moonraft.v1.MembersRequest\x1a\x1c.moonraft.v1.MembersResponse\x12G\n" +
 	"\bAddVoter\x12\x1c.moonraft.v1.AddVoterRequest\x1a\x1d.moonraft.v1.AddVoterResponse\x12S\n" +
@@ -3467,7 +4066,7 @@ func file_moonraft_proto_rawDescGZIP() []byte {
 }
 
 var file_moonraft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_moonraft_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_moonraft_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_moonraft_proto_goTypes = []any{
 	(ClientStatus)(0),                     // 0: moonraft.v1.ClientStatus
 	(*Status)(nil),                        // 1: moonraft.v1.Status
@@ -3512,21 +4111,31 @@ var file_moonraft_proto_goTypes = []any{
 	(*UnmountSegmentResponse)(nil),        // 40: moonraft.v1.UnmountSegmentResponse
 	(*PingRequest)(nil),                   // 41: moonraft.v1.PingRequest
 	(*PingResponse)(nil),                  // 42: moonraft.v1.PingResponse
-	(*StatusRequest)(nil),                 // 43: moonraft.v1.StatusRequest
-	(*StatusResponse)(nil),                // 44: moonraft.v1.StatusResponse
-	(*NodeStatus)(nil),                    // 45: moonraft.v1.NodeStatus
-	(*MembersRequest)(nil),                // 46: moonraft.v1.MembersRequest
-	(*MembersResponse)(nil),               // 47: moonraft.v1.MembersResponse
-	(*Member)(nil),                        // 48: moonraft.v1.Member
-	(*AddVoterRequest)(nil),               // 49: moonraft.v1.AddVoterRequest
-	(*AddVoterResponse)(nil),              // 50: moonraft.v1.AddVoterResponse
-	(*RemoveServerRequest)(nil),           // 51: moonraft.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),          // 52: moonraft.v1.RemoveServerResponse
-	(*TransferLeadershipRequest)(nil),     // 53: moonraft.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil),    // 54: moonraft.v1.TransferLeadershipResponse
-	(*SnapshotSaveRequest)(nil),           // 55: moonraft.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),                 // 56: moonraft.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),       // 57: moonraft.v1.SnapshotRestoreResponse
+	(*BatchRemoveRequest)(nil),            // 43: moonraft.v1.BatchRemoveRequest
+	(*BatchRemoveResponse)(nil),           // 44: moonraft.v1.BatchRemoveResponse
+	(*GracefulUnmountSegmentRequest)(nil), // 45: moonraft.v1.GracefulUnmountSegmentRequest
+	(*QuerySegmentStatusRequest)(nil),     // 46: moonraft.v1.QuerySegmentStatusRequest
+	(*SegmentState)(nil),                  // 47: moonraft.v1.SegmentState
+	(*QuerySegmentStatusResponse)(nil),    // 48: moonraft.v1.QuerySegmentStatusResponse
+	(*ListSegmentsRequest)(nil),           // 49: moonraft.v1.ListSegmentsRequest
+	(*ListSegmentsResponse)(nil),          // 50: moonraft.v1.ListSegmentsResponse
+	(*ServiceReadyRequest)(nil),           // 51: moonraft.v1.ServiceReadyRequest
+	(*ServiceReadyResponse)(nil),          // 52: moonraft.v1.ServiceReadyResponse
+	(*StatusRequest)(nil),                 // 53: moonraft.v1.StatusRequest
+	(*StatusResponse)(nil),                // 54: moonraft.v1.StatusResponse
+	(*NodeStatus)(nil),                    // 55: moonraft.v1.NodeStatus
+	(*MembersRequest)(nil),                // 56: moonraft.v1.MembersRequest
+	(*MembersResponse)(nil),               // 57: moonraft.v1.MembersResponse
+	(*Member)(nil),                        // 58: moonraft.v1.Member
+	(*AddVoterRequest)(nil),               // 59: moonraft.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),              // 60: moonraft.v1.AddVoterResponse
+	(*RemoveServerRequest)(nil),           // 61: moonraft.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),          // 62: moonraft.v1.RemoveServerResponse
+	(*TransferLeadershipRequest)(nil),     // 63: moonraft.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),    // 64: moonraft.v1.TransferLeadershipResponse
+	(*SnapshotSaveRequest)(nil),           // 65: moonraft.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),                 // 66: moonraft.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),       // 67: moonraft.v1.SnapshotRestoreResponse
 }
 var file_moonraft_proto_depIdxs = []int32{
 	2,  // 0: moonraft.v1.ReplicaDescriptor.buffers:type_name -> moonraft.v1.BufferDescriptor
@@ -3562,69 +4171,99 @@ var file_moonraft_proto_depIdxs = []int32{
 	1,  // 30: moonraft.v1.UnmountSegmentResponse.status:type_name -> moonraft.v1.Status
 	1,  // 31: moonraft.v1.PingResponse.status:type_name -> moonraft.v1.Status
 	0,  // 32: moonraft.v1.PingResponse.client_status:type_name -> moonraft.v1.ClientStatus
-	1,  // 33: moonraft.v1.StatusResponse.status:type_name -> moonraft.v1.Status
-	45, // 34: moonraft.v1.StatusResponse.node:type_name -> moonraft.v1.NodeStatus
-	1,  // 35: moonraft.v1.MembersResponse.status:type_name -> moonraft.v1.Status
-	48, // 36: moonraft.v1.MembersResponse.members:type_name -> moonraft.v1.Member
-	1,  // 37: moonraft.v1.AddVoterResponse.status:type_name -> moonraft.v1.Status
-	1,  // 38: moonraft.v1.RemoveServerResponse.status:type_name -> moonraft.v1.Status
-	1,  // 39: moonraft.v1.TransferLeadershipResponse.status:type_name -> moonraft.v1.Status
-	1,  // 40: moonraft.v1.SnapshotRestoreResponse.status:type_name -> moonraft.v1.Status
-	7,  // 41: moonraft.v1.Master.ExistKey:input_type -> moonraft.v1.ExistKeyRequest
-	9,  // 42: moonraft.v1.Master.BatchExistKey:input_type -> moonraft.v1.BatchExistKeyRequest
-	11, // 43: moonraft.v1.Master.GetReplicaList:input_type -> moonraft.v1.GetReplicaListRequest
-	13, // 44: moonraft.v1.Master.BatchGetReplicaList:input_type -> moonraft.v1.BatchGetReplicaListRequest
-	15, // 45: moonraft.v1.Master.GetReplicaListByRegex:input_type -> moonraft.v1.GetReplicaListByRegexRequest
-	17, // 46: moonraft.v1.Master.PutStart:input_type -> moonraft.v1.PutStartRequest
-	19, // 47: moonraft.v1.Master.PutEnd:input_type -> moonraft.v1.PutEndRequest
-	21, // 48: moonraft.v1.Master.PutRevoke:input_type -> moonraft.v1.PutRevokeRequest
-	23, // 49: moonraft.v1.Master.BatchPutStart:input_type -> moonraft.v1.BatchPutStartRequest
-	25, // 50: moonraft.v1.Master.BatchPutEnd:input_type -> moonraft.v1.BatchPutEndRequest
-	27, // 51: moonraft.v1.Master.BatchPutRevoke:input_type -> moonraft.v1.BatchPutRevokeRequest
-	29, // 52: moonraft.v1.Master.Remove:input_type -> moonraft.v1.RemoveRequest
-	31, // 53: moonraft.v1.Master.RemoveByRegex:input_type -> moonraft.v1.RemoveByRegexRequest
-	33, // 54: moonraft.v1.Master.RemoveAll:input_type -> moonraft.v1.RemoveAllRequest
-	35, // 55: moonraft.v1.Master.MountSegment:input_type -> moonraft.v1.MountSegmentRequest
-	37, // 56: moonraft.v1.Master.ReMountSegment:input_type -> moonraft.v1.ReMountSegmentRequest
-	39, // 57: moonraft.v1.Master.UnmountSegment:input_type -> moonraft.v1.UnmountSegmentRequest
-	41, // 58: moonraft.v1.Master.Ping:input_type -> moonraft.v1.PingRequest
-	43, // 59: moonraft.v1.Master.Status:input_type -> moonraft.v1.StatusRequest
-	46, // 60: moonraft.v1.Master.Members:input_type -> moonraft.v1.MembersRequest
-	49, // 61: moonraft.v1.Master.AddVoter:input_type -> moonraft.v1.AddVoterRequest
-	51, // 62: moonraft.v1.Master.RemoveServer:input_type -> moonraft.v1.RemoveServerRequest
-	53, // 63: moonraft.v1.Master.TransferLeadership:input_type -> moonraft.v1.TransferLeadershipRequest
-	55, // 64: moonraft.v1.Master.SnapshotSave:input_type -> moonraft.v1.SnapshotSaveRequest
-	56, // 65: moonraft.v1.Master.SnapshotRestore:input_type -> moonraft.v1.SnapshotChunk
-	8,  // 66: moonraft.v1.Master.ExistKey:output_type -> moonraft.v1.ExistKeyResponse
-	10, // 67: moonraft.v1.Master.BatchExistKey:output_type -> moonraft.v1.BatchExistKeyResponse
-	12, // 68: moonraft.v1.Master.GetReplicaList:output_type -> moonraft.v1.GetReplicaListResponse
-	14, // 69: moonraft.v1.Master.BatchGetReplicaList:output_type -> moonraft.v1.BatchGetReplicaListResponse
-	16, // 70: moonraft.v1.Master.GetReplicaListByRegex:output_type -> moonraft.v1.GetReplicaListByRegexResponse
-	18, // 71: moonraft.v1.Master.PutStart:output_type -> moonraft.v1.PutStartResponse
-	20, // 72: moonraft.v1.Master.PutEnd:output_type -> moonraft.v1.PutEndResponse
-	22, // 73: moonraft.v1.Master.PutRevoke:output_type -> moonraft.v1.PutRevokeResponse
-	24, // 74: moonraft.v1.Master.BatchPutStart:output_type -> moonraft.v1.BatchPutStartResponse
-	26, // 75: moonraft.v1.Master.BatchPutEnd:output_type -> moonraft.v1.BatchPutEndResponse
-	28, // 76: moonraft.v1.Master.BatchPutRevoke:output_type -> moonraft.v1.BatchPutRevokeResponse
-	30, // 77: moonraft.v1.Master.Remove:output_type -> moonraft.v1.RemoveResponse
-	32, // 78: moonraft.v1.Master.RemoveByRegex:output_type -> moonraft.v1.RemoveByRegexResponse
-	34, // 79: moonraft.v1.Master.RemoveAll:output_type -> moonraft.v1.RemoveAllResponse
-	36, // 80: moonraft.v1.Master.MountSegment:output_type -> moonraft.v1.MountSegmentResponse
-	38, // 81: moonraft.v1.Master.ReMountSegment:output_type -> moonraft.v1.ReMountSegmentResponse
-	40, // 82: moonraft.v1.Master.UnmountSegment:output_type -> moonraft.v1.UnmountSegmentResponse
-	42, // 83: moonraft.v1.Master.Ping:output_type -> moonraft.v1.PingResponse
-	44, // 84: moonraft.v1.Master.Status:output_type -> moonraft.v1.StatusResponse
-	47, // 85: moonraft.v1.Master.Members:output_type -> moonraft.v1.MembersResponse
-	50, // 86: moonraft.v1.Master.AddVoter:output_type -> moonraft.v1.AddVoterResponse
-	52, // 87: moonraft.v1.Master.RemoveServer:output_type -> moonraft.v1.RemoveServerResponse
-	54, // 88: moonraft.v1.Master.TransferLeadership:output_type -> moonraft.v1.TransferLeadershipResponse
-	56, // 89: moonraft.v1.Master.SnapshotSave:output_type -> moonraft.v1.SnapshotChunk
-	57, // 90: moonraft.v1.Master.SnapshotRestore:output_type -> moonraft.v1.SnapshotRestoreResponse
-	66, // [66:91] is the sub-list for method output_type
-	41, // [41:66] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	1,  // 33: moonraft.v1.BatchRemoveResponse.status:type_name -> moonraft.v1.Status
+	30, // 34: moonraft.v1.BatchRemoveResponse.results:type_name -> moonraft.v1.RemoveResponse
+	4,  // 35: moonraft.v1.SegmentState.segment:type_name -> moonraft.v1.Segment
+	1,  // 36: moonraft.v1.QuerySegmentStatusResponse.status:type_name -> moonraft.v1.Status
+	47, // 37: moonraft.v1.QuerySegmentStatusResponse.segment:type_name -> moonraft.v1.SegmentState
+	1,  // 38: moonraft.v1.ListSegmentsResponse.status:type_name -> moonraft.v1.Status
+	47, // 39: moonraft.v1.ListSegmentsResponse.segments:type_name -> moonraft.v1.SegmentState
+	1,  // 40: moonraft.v1.ServiceReadyResponse.status:type_name -> moonraft.v1.Status
+	1,  // 41: moonraft.v1.StatusResponse.status:type_name -> moonraft.v1.Status
+	55, // 42: moonraft.v1.StatusResponse.node:type_name -> moonraft.v1.NodeStatus
+	1,  // 43: moonraft.v1.MembersResponse.status:type_name -> moonraft.v1.Status
+	58, // 44: moonraft.v1.MembersResponse.members:type_name -> moonraft.v1.Member
+	1,  // 45: moonraft.v1.AddVoterResponse.status:type_name -> moonraft.v1.Status
+	1,  // 46: moonraft.v1.RemoveServerResponse.status:type_name -> moonraft.v1.Status
+	1,  // 47: moonraft.v1.TransferLeadershipResponse.status:type_name -> moonraft.v1.Status
+	1,  // 48: moonraft.v1.SnapshotRestoreResponse.status:type_name -> moonraft.v1.Status
+	7,  // 49: moonraft.v1.Master.ExistKey:input_type -> moonraft.v1.ExistKeyRequest
+	9,  // 50: moonraft.v1.Master.BatchExistKey:input_type -> moonraft.v1.BatchExistKeyRequest
+	11, // 51: moonraft.v1.Master.GetReplicaList:input_type -> moonraft.v1.GetReplicaListRequest
+	13, // 52: moonraft.v1.Master.BatchGetReplicaList:input_type -> moonraft.v1.BatchGetReplicaListRequest
+	15, // 53: moonraft.v1.Master.GetReplicaListByRegex:input_type -> moonraft.v1.GetReplicaListByRegexRequest
+	17, // 54: moonraft.v1.Master.PutStart:input_type -> moonraft.v1.PutStartRequest
+	19, // 55: moonraft.v1.Master.PutEnd:input_type -> moonraft.v1.PutEndRequest
+	21, // 56: moonraft.v1.Master.PutRevoke:input_type -> moonraft.v1.PutRevokeRequest
+	23, // 57: moonraft.v1.Master.BatchPutStart:input_type -> moonraft.v1.BatchPutStartRequest
+	25, // 58: moonraft.v1.Master.BatchPutEnd:input_type -> moonraft.v1.BatchPutEndRequest
+	27, // 59: moonraft.v1.Master.BatchPutRevoke:input_type -> moonraft.v1.BatchPutRevokeRequest
+	29, // 60: moonraft.v1.Master.Remove:input_type -> moonraft.v1.RemoveRequest
+	31, // 61: moonraft.v1.Master.RemoveByRegex:input_type -> moonraft.v1.RemoveByRegexRequest
+	33, // 62: moonraft.v1.Master.RemoveAll:input_type -> moonraft.v1.RemoveAllRequest
+	35, // 63: moonraft.v1.Master.MountSegment:input_type -> moonraft.v1.MountSegmentRequest
+	37, // 64: moonraft.v1.Master.ReMountSegment:input_type -> moonraft.v1.ReMountSegmentRequest
+	39, // 65: moonraft.v1.Master.UnmountSegment:input_type -> moonraft.v1.UnmountSegmentRequest
+	41, // 66: moonraft.v1.Master.Ping:input_type -> moonraft.v1.PingRequest
+	17, // 67: moonraft.v1.Master.UpsertStart:input_type -> moonraft.v1.PutStartRequest
+	19, // 68: moonraft.v1.Master.UpsertEnd:input_type -> moonraft.v1.PutEndRequest
+	21, // 69: moonraft.v1.Master.UpsertRevoke:input_type -> moonraft.v1.PutRevokeRequest
+	23, // 70: moonraft.v1.Master.BatchUpsertStart:input_type -> moonraft.v1.BatchPutStartRequest
+	25, // 71: moonraft.v1.Master.BatchUpsertEnd:input_type -> moonraft.v1.BatchPutEndRequest
+	27, // 72: moonraft.v1.Master.BatchUpsertRevoke:input_type -> moonraft.v1.BatchPutRevokeRequest
+	43, // 73: moonraft.v1.Master.BatchRemove:input_type -> moonraft.v1.BatchRemoveRequest
+	45, // 74: moonraft.v1.Master.GracefulUnmountSegment:input_type -> moonraft.v1.GracefulUnmountSegmentRequest
+	46, // 75: moonraft.v1.Master.QuerySegmentStatus:input_type -> moonraft.v1.QuerySegmentStatusRequest
+	49, // 76: moonraft.v1.Master.ListSegments:input_type -> moonraft.v1.ListSegmentsRequest
+	51, // 77: moonraft.v1.Master.ServiceReady:input_type -> moonraft.v1.ServiceReadyRequest
+	53, // 78: moonraft.v1.Master.Status:input_type -> moonraft.v1.StatusRequest
+	56, // 79: moonraft.v1.Master.Members:input_type -> moonraft.v1.MembersRequest
+	59, // 80: moonraft.v1.Master.AddVoter:input_type -> moonraft.v1.AddVoterRequest
+	61, // 81: moonraft.v1.Master.RemoveServer:input_type -> moonraft.v1.RemoveServerRequest
+	63, // 82: moonraft.v1.Master.TransferLeadership:input_type -> moonraft.v1.TransferLeadershipRequest
+	65, // 83: moonraft.v1.Master.SnapshotSave:input_type -> moonraft.v1.SnapshotSaveRequest
+	66, // 84: moonraft.v1.Master.SnapshotRestore:input_type -> moonraft.v1.SnapshotChunk
+	8,  // 85: moonraft.v1.Master.ExistKey:output_type -> moonraft.v1.ExistKeyResponse
+	10, // 86: moonraft.v1.Master.BatchExistKey:output_type -> moonraft.v1.BatchExistKeyResponse
+	12, // 87: moonraft.v1.Master.GetReplicaList:output_type -> moonraft.v1.GetReplicaListResponse
+	14, // 88: moonraft.v1.Master.BatchGetReplicaList:output_type -> moonraft.v1.BatchGetReplicaListResponse
+	16, // 89: moonraft.v1.Master.GetReplicaListByRegex:output_type -> moonraft.v1.GetReplicaListByRegexResponse
+	18, // 90: moonraft.v1.Master.PutStart:output_type -> moonraft.v1.PutStartResponse
+	20, // 91: moonraft.v1.Master.PutEnd:output_type -> moonraft.v1.PutEndResponse
+	22, // 92: moonraft.v1.Master.PutRevoke:output_type -> moonraft.v1.PutRevokeResponse
+	24, // 93: moonraft.v1.Master.BatchPutStart:output_type -> moonraft.v1.BatchPutStartResponse
+	26, // 94: moonraft.v1.Master.BatchPutEnd:output_type -> moonraft.v1.BatchPutEndResponse
+	28, // 95: moonraft.v1.Master.BatchPutRevoke:output_type -> moonraft.v1.BatchPutRevokeResponse
+	30, // 96: moonraft.v1.Master.Remove:output_type -> moonraft.v1.RemoveResponse
+	32, // 97: moonraft.v1.Master.RemoveByRegex:output_type -> moonraft.v1.RemoveByRegexResponse
+	34, // 98: moonraft.v1.Master.RemoveAll:output_type -> moonraft.v1.RemoveAllResponse
+	36, // 99: moonraft.v1.Master.MountSegment:output_type -> moonraft.v1.MountSegmentResponse
+	38, // 100: moonraft.v1.Master.ReMountSegment:output_type -> moonraft.v1.ReMountSegmentResponse
+	40, // 101: moonraft.v1.Master.UnmountSegment:output_type -> moonraft.v1.UnmountSegmentResponse
+	42, // 102: moonraft.v1.Master.Ping:output_type -> moonraft.v1.PingResponse
+	18, // 103: moonraft.v1.Master.UpsertStart:output_type -> moonraft.v1.PutStartResponse
+	20, // 104: moonraft.v1.Master.UpsertEnd:output_type -> moonraft.v1.PutEndResponse
+	22, // 105: moonraft.v1.Master.UpsertRevoke:output_type -> moonraft.v1.PutRevokeResponse
+	24, // 106: moonraft.v1.Master.BatchUpsertStart:output_type -> moonraft.v1.BatchPutStartResponse
+	26, // 107: moonraft.v1.Master.BatchUpsertEnd:output_type -> moonraft.v1.BatchPutEndResponse
+	28, // 108: moonraft.v1.Master.BatchUpsertRevoke:output_type -> moonraft.v1.BatchPutRevokeResponse
+	44, // 109: moonraft.v1.Master.BatchRemove:output_type -> moonraft.v1.BatchRemoveResponse
+	40, // 110: moonraft.v1.Master.GracefulUnmountSegment:output_type -> moonraft.v1.UnmountSegmentResponse
+	48, // 111: moonraft.v1.Master.QuerySegmentStatus:output_type -> moonraft.v1.QuerySegmentStatusResponse
+	50, // 112: moonraft.v1.Master.ListSegments:output_type -> moonraft.v1.ListSegmentsResponse
+	52, // 113: moonraft.v1.Master.ServiceReady:output_type -> moonraft.v1.ServiceReadyResponse
+	54, // 114: moonraft.v1.Master.Status:output_type -> moonraft.v1.StatusResponse
+	57, // 115: moonraft.v1.Master.Members:output_type -> moonraft.v1.MembersResponse
+	60, // 116: moonraft.v1.Master.AddVoter:output_type -> moonraft.v1.AddVoterResponse
+	62, // 117: moonraft.v1.Master.RemoveServer:output_type -> moonraft.v1.RemoveServerResponse
+	64, // 118: moonraft.v1.Master.TransferLeadership:output_type -> moonraft.v1.TransferLeadershipResponse
+	66, // 119: moonraft.v1.Master.SnapshotSave:output_type -> moonraft.v1.SnapshotChunk
+	67, // 120: moonraft.v1.Master.SnapshotRestore:output_type -> moonraft.v1.SnapshotRestoreResponse
+	85, // [85:121] is the sub-list for method output_type
+	49, // [49:85] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_moonraft_proto_init() }
@@ -3638,7 +4277,7 @@ func file_moonraft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_moonraft_proto_rawDesc), len(file_moonraft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   57,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

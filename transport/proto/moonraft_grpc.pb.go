@@ -19,31 +19,42 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Master_ExistKey_FullMethodName              = "/moonraft.v1.Master/ExistKey"
-	Master_BatchExistKey_FullMethodName         = "/moonraft.v1.Master/BatchExistKey"
-	Master_GetReplicaList_FullMethodName        = "/moonraft.v1.Master/GetReplicaList"
-	Master_BatchGetReplicaList_FullMethodName   = "/moonraft.v1.Master/BatchGetReplicaList"
-	Master_GetReplicaListByRegex_FullMethodName = "/moonraft.v1.Master/GetReplicaListByRegex"
-	Master_PutStart_FullMethodName              = "/moonraft.v1.Master/PutStart"
-	Master_PutEnd_FullMethodName                = "/moonraft.v1.Master/PutEnd"
-	Master_PutRevoke_FullMethodName             = "/moonraft.v1.Master/PutRevoke"
-	Master_BatchPutStart_FullMethodName         = "/moonraft.v1.Master/BatchPutStart"
-	Master_BatchPutEnd_FullMethodName           = "/moonraft.v1.Master/BatchPutEnd"
-	Master_BatchPutRevoke_FullMethodName        = "/moonraft.v1.Master/BatchPutRevoke"
-	Master_Remove_FullMethodName                = "/moonraft.v1.Master/Remove"
-	Master_RemoveByRegex_FullMethodName         = "/moonraft.v1.Master/RemoveByRegex"
-	Master_RemoveAll_FullMethodName             = "/moonraft.v1.Master/RemoveAll"
-	Master_MountSegment_FullMethodName          = "/moonraft.v1.Master/MountSegment"
-	Master_ReMountSegment_FullMethodName        = "/moonraft.v1.Master/ReMountSegment"
-	Master_UnmountSegment_FullMethodName        = "/moonraft.v1.Master/UnmountSegment"
-	Master_Ping_FullMethodName                  = "/moonraft.v1.Master/Ping"
-	Master_Status_FullMethodName                = "/moonraft.v1.Master/Status"
-	Master_Members_FullMethodName               = "/moonraft.v1.Master/Members"
-	Master_AddVoter_FullMethodName              = "/moonraft.v1.Master/AddVoter"
-	Master_RemoveServer_FullMethodName          = "/moonraft.v1.Master/RemoveServer"
-	Master_TransferLeadership_FullMethodName    = "/moonraft.v1.Master/TransferLeadership"
-	Master_SnapshotSave_FullMethodName          = "/moonraft.v1.Master/SnapshotSave"
-	Master_SnapshotRestore_FullMethodName       = "/moonraft.v1.Master/SnapshotRestore"
+	Master_ExistKey_FullMethodName               = "/moonraft.v1.Master/ExistKey"
+	Master_BatchExistKey_FullMethodName          = "/moonraft.v1.Master/BatchExistKey"
+	Master_GetReplicaList_FullMethodName         = "/moonraft.v1.Master/GetReplicaList"
+	Master_BatchGetReplicaList_FullMethodName    = "/moonraft.v1.Master/BatchGetReplicaList"
+	Master_GetReplicaListByRegex_FullMethodName  = "/moonraft.v1.Master/GetReplicaListByRegex"
+	Master_PutStart_FullMethodName               = "/moonraft.v1.Master/PutStart"
+	Master_PutEnd_FullMethodName                 = "/moonraft.v1.Master/PutEnd"
+	Master_PutRevoke_FullMethodName              = "/moonraft.v1.Master/PutRevoke"
+	Master_BatchPutStart_FullMethodName          = "/moonraft.v1.Master/BatchPutStart"
+	Master_BatchPutEnd_FullMethodName            = "/moonraft.v1.Master/BatchPutEnd"
+	Master_BatchPutRevoke_FullMethodName         = "/moonraft.v1.Master/BatchPutRevoke"
+	Master_Remove_FullMethodName                 = "/moonraft.v1.Master/Remove"
+	Master_RemoveByRegex_FullMethodName          = "/moonraft.v1.Master/RemoveByRegex"
+	Master_RemoveAll_FullMethodName              = "/moonraft.v1.Master/RemoveAll"
+	Master_MountSegment_FullMethodName           = "/moonraft.v1.Master/MountSegment"
+	Master_ReMountSegment_FullMethodName         = "/moonraft.v1.Master/ReMountSegment"
+	Master_UnmountSegment_FullMethodName         = "/moonraft.v1.Master/UnmountSegment"
+	Master_Ping_FullMethodName                   = "/moonraft.v1.Master/Ping"
+	Master_UpsertStart_FullMethodName            = "/moonraft.v1.Master/UpsertStart"
+	Master_UpsertEnd_FullMethodName              = "/moonraft.v1.Master/UpsertEnd"
+	Master_UpsertRevoke_FullMethodName           = "/moonraft.v1.Master/UpsertRevoke"
+	Master_BatchUpsertStart_FullMethodName       = "/moonraft.v1.Master/BatchUpsertStart"
+	Master_BatchUpsertEnd_FullMethodName         = "/moonraft.v1.Master/BatchUpsertEnd"
+	Master_BatchUpsertRevoke_FullMethodName      = "/moonraft.v1.Master/BatchUpsertRevoke"
+	Master_BatchRemove_FullMethodName            = "/moonraft.v1.Master/BatchRemove"
+	Master_GracefulUnmountSegment_FullMethodName = "/moonraft.v1.Master/GracefulUnmountSegment"
+	Master_QuerySegmentStatus_FullMethodName     = "/moonraft.v1.Master/QuerySegmentStatus"
+	Master_ListSegments_FullMethodName           = "/moonraft.v1.Master/ListSegments"
+	Master_ServiceReady_FullMethodName           = "/moonraft.v1.Master/ServiceReady"
+	Master_Status_FullMethodName                 = "/moonraft.v1.Master/Status"
+	Master_Members_FullMethodName                = "/moonraft.v1.Master/Members"
+	Master_AddVoter_FullMethodName               = "/moonraft.v1.Master/AddVoter"
+	Master_RemoveServer_FullMethodName           = "/moonraft.v1.Master/RemoveServer"
+	Master_TransferLeadership_FullMethodName     = "/moonraft.v1.Master/TransferLeadership"
+	Master_SnapshotSave_FullMethodName           = "/moonraft.v1.Master/SnapshotSave"
+	Master_SnapshotRestore_FullMethodName        = "/moonraft.v1.Master/SnapshotRestore"
 )
 
 // MasterClient is the client API for Master service.
@@ -88,6 +99,30 @@ type MasterClient interface {
 	UnmountSegment(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*UnmountSegmentResponse, error)
 	// Ping keeps a client's session alive and tells it whether to remount.
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
+	// UpsertStart puts a key if absent and overwrites it if present
+	// (Mooncake's UpsertStart; rules in docs/STATE_MACHINE.md).
+	UpsertStart(ctx context.Context, in *PutStartRequest, opts ...grpc.CallOption) (*PutStartResponse, error)
+	// UpsertEnd completes an upsert (it is PutEnd, as in Mooncake).
+	UpsertEnd(ctx context.Context, in *PutEndRequest, opts ...grpc.CallOption) (*PutEndResponse, error)
+	// UpsertRevoke abandons an upsert (it is PutRevoke: the object goes).
+	UpsertRevoke(ctx context.Context, in *PutRevokeRequest, opts ...grpc.CallOption) (*PutRevokeResponse, error)
+	// BatchUpsertStart is UpsertStart for many objects, one log entry.
+	BatchUpsertStart(ctx context.Context, in *BatchPutStartRequest, opts ...grpc.CallOption) (*BatchPutStartResponse, error)
+	// BatchUpsertEnd is UpsertEnd for many keys of one client.
+	BatchUpsertEnd(ctx context.Context, in *BatchPutEndRequest, opts ...grpc.CallOption) (*BatchPutEndResponse, error)
+	// BatchUpsertRevoke is UpsertRevoke for many keys of one client.
+	BatchUpsertRevoke(ctx context.Context, in *BatchPutRevokeRequest, opts ...grpc.CallOption) (*BatchPutRevokeResponse, error)
+	// BatchRemove is Remove for many keys: one log entry, a result per key.
+	BatchRemove(ctx context.Context, in *BatchRemoveRequest, opts ...grpc.CallOption) (*BatchRemoveResponse, error)
+	// GracefulUnmountSegment stops allocations on a segment at once and
+	// unmounts it when nothing on it is leased or written, or at a deadline.
+	GracefulUnmountSegment(ctx context.Context, in *GracefulUnmountSegmentRequest, opts ...grpc.CallOption) (*UnmountSegmentResponse, error)
+	// QuerySegmentStatus describes one segment, by name or by id.
+	QuerySegmentStatus(ctx context.Context, in *QuerySegmentStatusRequest, opts ...grpc.CallOption) (*QuerySegmentStatusResponse, error)
+	// ListSegments describes every mounted segment, by id.
+	ListSegments(ctx context.Context, in *ListSegmentsRequest, opts ...grpc.CallOption) (*ListSegmentsResponse, error)
+	// ServiceReady answers once the node serves, with the server's version.
+	ServiceReady(ctx context.Context, in *ServiceReadyRequest, opts ...grpc.CallOption) (*ServiceReadyResponse, error)
 	// Status reports this node's Raft and state counters (served by any node).
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	// Members lists the Raft configuration.
@@ -294,6 +329,116 @@ func (c *masterClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *masterClient) UpsertStart(ctx context.Context, in *PutStartRequest, opts ...grpc.CallOption) (*PutStartResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutStartResponse)
+	err := c.cc.Invoke(ctx, Master_UpsertStart_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) UpsertEnd(ctx context.Context, in *PutEndRequest, opts ...grpc.CallOption) (*PutEndResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutEndResponse)
+	err := c.cc.Invoke(ctx, Master_UpsertEnd_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) UpsertRevoke(ctx context.Context, in *PutRevokeRequest, opts ...grpc.CallOption) (*PutRevokeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutRevokeResponse)
+	err := c.cc.Invoke(ctx, Master_UpsertRevoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) BatchUpsertStart(ctx context.Context, in *BatchPutStartRequest, opts ...grpc.CallOption) (*BatchPutStartResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchPutStartResponse)
+	err := c.cc.Invoke(ctx, Master_BatchUpsertStart_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) BatchUpsertEnd(ctx context.Context, in *BatchPutEndRequest, opts ...grpc.CallOption) (*BatchPutEndResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchPutEndResponse)
+	err := c.cc.Invoke(ctx, Master_BatchUpsertEnd_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) BatchUpsertRevoke(ctx context.Context, in *BatchPutRevokeRequest, opts ...grpc.CallOption) (*BatchPutRevokeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchPutRevokeResponse)
+	err := c.cc.Invoke(ctx, Master_BatchUpsertRevoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) BatchRemove(ctx context.Context, in *BatchRemoveRequest, opts ...grpc.CallOption) (*BatchRemoveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchRemoveResponse)
+	err := c.cc.Invoke(ctx, Master_BatchRemove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) GracefulUnmountSegment(ctx context.Context, in *GracefulUnmountSegmentRequest, opts ...grpc.CallOption) (*UnmountSegmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnmountSegmentResponse)
+	err := c.cc.Invoke(ctx, Master_GracefulUnmountSegment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) QuerySegmentStatus(ctx context.Context, in *QuerySegmentStatusRequest, opts ...grpc.CallOption) (*QuerySegmentStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QuerySegmentStatusResponse)
+	err := c.cc.Invoke(ctx, Master_QuerySegmentStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ListSegments(ctx context.Context, in *ListSegmentsRequest, opts ...grpc.CallOption) (*ListSegmentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSegmentsResponse)
+	err := c.cc.Invoke(ctx, Master_ListSegments_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ServiceReady(ctx context.Context, in *ServiceReadyRequest, opts ...grpc.CallOption) (*ServiceReadyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ServiceReadyResponse)
+	err := c.cc.Invoke(ctx, Master_ServiceReady_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *masterClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatusResponse)
@@ -418,6 +563,30 @@ type MasterServer interface {
 	UnmountSegment(context.Context, *UnmountSegmentRequest) (*UnmountSegmentResponse, error)
 	// Ping keeps a client's session alive and tells it whether to remount.
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
+	// UpsertStart puts a key if absent and overwrites it if present
+	// (Mooncake's UpsertStart; rules in docs/STATE_MACHINE.md).
+	UpsertStart(context.Context, *PutStartRequest) (*PutStartResponse, error)
+	// UpsertEnd completes an upsert (it is PutEnd, as in Mooncake).
+	UpsertEnd(context.Context, *PutEndRequest) (*PutEndResponse, error)
+	// UpsertRevoke abandons an upsert (it is PutRevoke: the object goes).
+	UpsertRevoke(context.Context, *PutRevokeRequest) (*PutRevokeResponse, error)
+	// BatchUpsertStart is UpsertStart for many objects, one log entry.
+	BatchUpsertStart(context.Context, *BatchPutStartRequest) (*BatchPutStartResponse, error)
+	// BatchUpsertEnd is UpsertEnd for many keys of one client.
+	BatchUpsertEnd(context.Context, *BatchPutEndRequest) (*BatchPutEndResponse, error)
+	// BatchUpsertRevoke is UpsertRevoke for many keys of one client.
+	BatchUpsertRevoke(context.Context, *BatchPutRevokeRequest) (*BatchPutRevokeResponse, error)
+	// BatchRemove is Remove for many keys: one log entry, a result per key.
+	BatchRemove(context.Context, *BatchRemoveRequest) (*BatchRemoveResponse, error)
+	// GracefulUnmountSegment stops allocations on a segment at once and
+	// unmounts it when nothing on it is leased or written, or at a deadline.
+	GracefulUnmountSegment(context.Context, *GracefulUnmountSegmentRequest) (*UnmountSegmentResponse, error)
+	// QuerySegmentStatus describes one segment, by name or by id.
+	QuerySegmentStatus(context.Context, *QuerySegmentStatusRequest) (*QuerySegmentStatusResponse, error)
+	// ListSegments describes every mounted segment, by id.
+	ListSegments(context.Context, *ListSegmentsRequest) (*ListSegmentsResponse, error)
+	// ServiceReady answers once the node serves, with the server's version.
+	ServiceReady(context.Context, *ServiceReadyRequest) (*ServiceReadyResponse, error)
 	// Status reports this node's Raft and state counters (served by any node).
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	// Members lists the Raft configuration.
@@ -497,6 +666,39 @@ func (UnimplementedMasterServer) UnmountSegment(context.Context, *UnmountSegment
 }
 func (UnimplementedMasterServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
+}
+func (UnimplementedMasterServer) UpsertStart(context.Context, *PutStartRequest) (*PutStartResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpsertStart not implemented")
+}
+func (UnimplementedMasterServer) UpsertEnd(context.Context, *PutEndRequest) (*PutEndResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpsertEnd not implemented")
+}
+func (UnimplementedMasterServer) UpsertRevoke(context.Context, *PutRevokeRequest) (*PutRevokeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpsertRevoke not implemented")
+}
+func (UnimplementedMasterServer) BatchUpsertStart(context.Context, *BatchPutStartRequest) (*BatchPutStartResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchUpsertStart not implemented")
+}
+func (UnimplementedMasterServer) BatchUpsertEnd(context.Context, *BatchPutEndRequest) (*BatchPutEndResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchUpsertEnd not implemented")
+}
+func (UnimplementedMasterServer) BatchUpsertRevoke(context.Context, *BatchPutRevokeRequest) (*BatchPutRevokeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchUpsertRevoke not implemented")
+}
+func (UnimplementedMasterServer) BatchRemove(context.Context, *BatchRemoveRequest) (*BatchRemoveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchRemove not implemented")
+}
+func (UnimplementedMasterServer) GracefulUnmountSegment(context.Context, *GracefulUnmountSegmentRequest) (*UnmountSegmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GracefulUnmountSegment not implemented")
+}
+func (UnimplementedMasterServer) QuerySegmentStatus(context.Context, *QuerySegmentStatusRequest) (*QuerySegmentStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QuerySegmentStatus not implemented")
+}
+func (UnimplementedMasterServer) ListSegments(context.Context, *ListSegmentsRequest) (*ListSegmentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSegments not implemented")
+}
+func (UnimplementedMasterServer) ServiceReady(context.Context, *ServiceReadyRequest) (*ServiceReadyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ServiceReady not implemented")
 }
 func (UnimplementedMasterServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
@@ -864,6 +1066,204 @@ func _Master_Ping_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_UpsertStart_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutStartRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).UpsertStart(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_UpsertStart_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).UpsertStart(ctx, req.(*PutStartRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_UpsertEnd_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutEndRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).UpsertEnd(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_UpsertEnd_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).UpsertEnd(ctx, req.(*PutEndRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_UpsertRevoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutRevokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).UpsertRevoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_UpsertRevoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).UpsertRevoke(ctx, req.(*PutRevokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_BatchUpsertStart_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchPutStartRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BatchUpsertStart(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BatchUpsertStart_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BatchUpsertStart(ctx, req.(*BatchPutStartRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_BatchUpsertEnd_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchPutEndRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BatchUpsertEnd(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BatchUpsertEnd_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BatchUpsertEnd(ctx, req.(*BatchPutEndRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_BatchUpsertRevoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchPutRevokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BatchUpsertRevoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BatchUpsertRevoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BatchUpsertRevoke(ctx, req.(*BatchPutRevokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_BatchRemove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchRemoveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BatchRemove(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BatchRemove_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BatchRemove(ctx, req.(*BatchRemoveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_GracefulUnmountSegment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GracefulUnmountSegmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).GracefulUnmountSegment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_GracefulUnmountSegment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).GracefulUnmountSegment(ctx, req.(*GracefulUnmountSegmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_QuerySegmentStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QuerySegmentStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).QuerySegmentStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_QuerySegmentStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).QuerySegmentStatus(ctx, req.(*QuerySegmentStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ListSegments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSegmentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ListSegments(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ListSegments_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ListSegments(ctx, req.(*ListSegmentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ServiceReady_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ServiceReadyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ServiceReady(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ServiceReady_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ServiceReady(ctx, req.(*ServiceReadyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Master_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -1050,6 +1450,50 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ping",
 			Handler:    _Master_Ping_Handler,
+		},
+		{
+			MethodName: "UpsertStart",
+			Handler:    _Master_UpsertStart_Handler,
+		},
+		{
+			MethodName: "UpsertEnd",
+			Handler:    _Master_UpsertEnd_Handler,
+		},
+		{
+			MethodName: "UpsertRevoke",
+			Handler:    _Master_UpsertRevoke_Handler,
+		},
+		{
+			MethodName: "BatchUpsertStart",
+			Handler:    _Master_BatchUpsertStart_Handler,
+		},
+		{
+			MethodName: "BatchUpsertEnd",
+			Handler:    _Master_BatchUpsertEnd_Handler,
+		},
+		{
+			MethodName: "BatchUpsertRevoke",
+			Handler:    _Master_BatchUpsertRevoke_Handler,
+		},
+		{
+			MethodName: "BatchRemove",
+			Handler:    _Master_BatchRemove_Handler,
+		},
+		{
+			MethodName: "GracefulUnmountSegment",
+			Handler:    _Master_GracefulUnmountSegment_Handler,
+		},
+		{
+			MethodName: "QuerySegmentStatus",
+			Handler:    _Master_QuerySegmentStatus_Handler,
+		},
+		{
+			MethodName: "ListSegments",
+			Handler:    _Master_ListSegments_Handler,
+		},
+		{
+			MethodName: "ServiceReady",
+			Handler:    _Master_ServiceReady_Handler,
 		},
 		{
 			MethodName: "Status",

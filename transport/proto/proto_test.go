@@ -18,6 +18,10 @@ var designRPCs = []string{
 	"GetReplicaListByRegex", "PutStart", "PutEnd", "PutRevoke", "BatchPutStart",
 	"BatchPutEnd", "BatchPutRevoke", "Remove", "RemoveByRegex", "RemoveAll",
 	"MountSegment", "ReMountSegment", "UnmountSegment", "Ping",
+	// the Mooncake master of today (issue 13)
+	"UpsertStart", "UpsertEnd", "UpsertRevoke", "BatchUpsertStart", "BatchUpsertEnd",
+	"BatchUpsertRevoke", "BatchRemove", "GracefulUnmountSegment", "QuerySegmentStatus",
+	"ListSegments", "ServiceReady",
 	// admin
 	"Status", "Members", "AddVoter", "RemoveServer", "TransferLeadership",
 	"SnapshotSave", "SnapshotRestore",
