@@ -63,6 +63,17 @@ func TestMoonctl(t *testing.T) {
 		{[]string{"rm", "--regex", "("}, 1, "INVALID_PARAMS"},
 		{[]string{"rm", "--all", "--force"}, 0, "removed 1"},
 		{[]string{"get", "a/1"}, 1, "OBJECT_NOT_FOUND"},
+		{[]string{"upsert", "b/1", "--size", "100", "--client", "c1"}, 0, "COMPLETE"},
+		{[]string{"get", "b/1"}, 0, "seg1@"},
+		{[]string{"upsert", "b/1", "--size", "200", "--client", "c1"}, 1, "OBJECT_REPLICA_BUSY"},
+		{[]string{"put", "b/2", "--size", "100", "--client", "c1"}, 0, "COMPLETE"},
+		{[]string{"rm", "b/2", "nope", "--force"}, 1, "1 of 2 keys not removed"},
+		{[]string{"exist", "b/2"}, 0, "false"},
+		{[]string{"segment", "status", "seg1"}, 0, "OK"},
+		{[]string{"segment", "status", "nope"}, 1, "SEGMENT_NOT_FOUND"},
+		{[]string{"unmount", "--client", "c1", "--segment", "seg1", "--graceful", "--grace", "1m"}, 0, "OK"},
+		{[]string{"segment", "status"}, 0, "GRACEFULLY_UNMOUNTING"}, // b/1's lease holds it
+		{[]string{"ping", "--client", "c1"}, 0, "view version"},
 		{[]string{"unmount", "--client", "c1", "--segment", "seg1"}, 0, "OK"},
 		{[]string{"members", "list"}, 0, "Voter"},
 		{[]string{"leader", "transfer"}, 0, "transferred"},
@@ -78,7 +89,16 @@ func TestMoonctl(t *testing.T) {
 			assert.Contains(t, errOut, s.contains, "moonctl %v", s.args)
 		}
 	}
-	out, _, code := moonctl("--json", "status")
+	_, _, code := moonctl("mount", "--client", "c1", "--segment", "seg3", "--size", "4096")
+	require.Equal(t, 0, code)
+	out, _, code := moonctl("--json", "segment", "status")
+	require.Equal(t, 0, code)
+	var segs []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &segs), out)
+	require.Len(t, segs, 1, "seg1 was unmounted")
+	assert.Equal(t, map[string]any{"id": "seg3", "name": "seg3", "client_id": "c1", "state": "OK", "base": 0.0, "size": 4096.0,
+		"used_bytes": 0.0, "objects": 0.0}, segs[0])
+	out, _, code = moonctl("--json", "status")
 	require.Equal(t, 0, code)
 	var sts []map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &sts), out)

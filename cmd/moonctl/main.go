@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,16 +35,21 @@ masters have one.
 commands:
   status                                   every node: id, addresses, role, term, applied index and seq, digest
   mount --client C --segment NAME --size N [--base ADDR]
-  unmount --client C --segment NAME
+  unmount --client C --segment NAME [--graceful [--grace D]]
+                                           --graceful: no new allocations now, unmounted once nothing
+                                           on it is leased or written, or after D (0: the server's bound)
+  segment status [NAME] [--id]            one segment by name (or id), or every one
   ping --client C
   put KEY --size N [--replicas R] [--client C] [--soft-pin]    PutStart then PutEnd
+  upsert KEY --size N [--replicas R] [--client C] [--soft-pin] UpsertStart then UpsertEnd
   put-start KEY --size N [--replicas R] [--client C] [--soft-pin]
   put-end KEY --client C
   put-revoke KEY --client C
   get KEY
   exist KEY
   ls [--regex RE]
-  rm KEY [--force] | rm --regex RE [--force] | rm --all [--force]
+  rm KEY... [--force] | rm --regex RE [--force] | rm --all [--force]
+                                           several keys: one BatchRemove, a result per key
   members list | members add ID RAFTADDR | members remove ID
   leader transfer [ID]
   snapshot save FILE                       stream a fresh snapshot from the leader into FILE (atomically)
@@ -173,8 +179,13 @@ func (c *cli) dispatch(ctx context.Context, cmd string, args []string) error {
 		return c.status(ctx)
 	case "mount", "unmount", "ping":
 		return c.segment(ctx, cmd, args)
-	case "put", "put-start":
+	case "put", "put-start", "upsert":
 		return c.put(ctx, cmd, args)
+	case "segment":
+		if len(args) == 0 || args[0] != "status" {
+			return errUsage
+		}
+		return c.segmentStatus(ctx, args[1:])
 	case "put-end", "put-revoke":
 		return c.putFinish(ctx, cmd, args)
 	case "get", "exist", "ls":
@@ -272,11 +283,17 @@ func allNil[T any](xs []*T) bool {
 func (c *cli) segment(ctx context.Context, cmd string, args []string) error {
 	var client, name string
 	var size, base uint64
+	var graceful bool
+	var grace time.Duration
 	pos, err := flags(cmd, args, func(fs *flag.FlagSet) {
 		fs.StringVar(&client, "client", "", "client id")
 		fs.StringVar(&name, "segment", "", "segment name (also its id)")
 		fs.Uint64Var(&size, "size", 0, "segment size in bytes")
 		fs.Uint64Var(&base, "base", 0, "segment base address")
+		if cmd == "unmount" {
+			fs.BoolVar(&graceful, "graceful", false, "drain first: unmount once nothing on it is leased or written")
+			fs.DurationVar(&grace, "grace", 0, "with --graceful: the longest wait (0: the server's bound)")
+		}
 	})
 	if err != nil {
 		return err
@@ -288,17 +305,22 @@ func (c *cli) segment(ctx context.Context, cmd string, args []string) error {
 	case "mount":
 		err = c.client.MountSegment(ctx, client, fsm.SegmentSpec{ID: name, Name: name, Base: base, Size: size})
 	case "unmount":
-		err = c.client.UnmountSegment(ctx, client, name)
+		if graceful {
+			err = c.client.GracefulUnmountSegment(ctx, client, name, grace)
+		} else {
+			err = c.client.UnmountSegment(ctx, client, name)
+		}
 	case "ping":
-		remount, ttl, perr := c.client.Ping(ctx, client)
+		p, perr := c.client.Ping(ctx, client)
 		if perr != nil {
 			return perr
 		}
 		status := "OK"
-		if remount {
+		if p.NeedRemount {
 			status = "NEED_REMOUNT"
 		}
-		return c.print(map[string]any{"client_status": status, "ttl_ms": ttl}, fmt.Sprintf("%s (ttl %d ms)\n", status, ttl))
+		return c.print(map[string]any{"client_status": status, "ttl_ms": p.TTLMs, "view_version": p.ViewVersion},
+			fmt.Sprintf("%s (ttl %d ms, view version %d)\n", status, p.TTLMs, p.ViewVersion))
 	}
 	if err != nil {
 		return err
@@ -326,12 +348,16 @@ func (c *cli) put(ctx context.Context, cmd string, args []string) error {
 		return errUsage
 	}
 	key := pos[0]
-	descs, err := c.client.PutStart(ctx, key, []uint64{size}, transport.ReplicateConfig{ReplicaNum: uint32(replicas), SoftPin: softPin}, client)
+	start, end := c.client.PutStart, c.client.PutEnd
+	if cmd == "upsert" {
+		start, end = c.client.UpsertStart, c.client.UpsertEnd
+	}
+	descs, err := start(ctx, key, []uint64{size}, transport.ReplicateConfig{ReplicaNum: uint32(replicas), SoftPin: softPin}, client)
 	if err != nil {
 		return err
 	}
-	if cmd == "put" {
-		if err := c.client.PutEnd(ctx, key, client); err != nil {
+	if cmd != "put-start" {
+		if err := end(ctx, key, client); err != nil {
 			return err
 		}
 		for i := range descs {
@@ -425,6 +451,8 @@ func (c *cli) rm(ctx context.Context, args []string) error {
 	}
 	var removed uint64
 	switch {
+	case len(pos) > 1 && regex == "" && !all:
+		return c.batchRemove(ctx, pos, force)
 	case len(pos) == 1 && regex == "" && !all:
 		err, removed = c.client.Remove(ctx, pos[0], force), 1
 	case len(pos) == 0 && regex != "" && !all:
@@ -438,6 +466,98 @@ func (c *cli) rm(ctx context.Context, args []string) error {
 		return err
 	}
 	return c.print(map[string]uint64{"removed": removed}, fmt.Sprintf("removed %d\n", removed))
+}
+
+// batchRemove removes keys in one BatchRemove and reports each; it fails
+// (after printing every result) when any key was not removed.
+func (c *cli) batchRemove(ctx context.Context, keys []string, force bool) error {
+	errs, err := c.client.BatchRemove(ctx, keys, force)
+	if err != nil {
+		return err
+	}
+	type result struct {
+		Key    string `json:"key"`
+		Result string `json:"result"`
+	}
+	var (
+		results []result
+		text    strings.Builder
+		removed uint64
+		first   error
+	)
+	for i, e := range errs {
+		r := result{keys[i], "OK"}
+		if e != nil {
+			r.Result = e.Error()
+			first = cmp.Or(first, e)
+		} else {
+			removed++
+		}
+		results = append(results, r)
+		fmt.Fprintf(&text, "%s\t%s\n", r.Key, r.Result)
+	}
+	fmt.Fprintf(&text, "removed %d of %d\n", removed, len(keys))
+	if err := c.print(map[string]any{"removed": removed, "results": results}, text.String()); err != nil {
+		return err
+	}
+	if first != nil {
+		return errcode.New(errcode.Of(first), "%d of %d keys not removed", uint64(len(keys))-removed, len(keys))
+	}
+	return nil
+}
+
+// segmentStatus prints one segment (by name, or id with --id) or every one.
+func (c *cli) segmentStatus(ctx context.Context, args []string) error {
+	var byID bool
+	pos, err := flags("segment status", args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&byID, "id", false, "NAME is the segment's id")
+	})
+	if err != nil {
+		return err
+	}
+	var sts []transport.SegmentStatus
+	switch len(pos) {
+	case 0:
+		sts, err = c.client.ListSegments(ctx)
+	case 1:
+		var st transport.SegmentStatus
+		st, err = c.client.QuerySegmentStatus(ctx, pos[0], byID)
+		sts = []transport.SegmentStatus{st}
+	default:
+		return errUsage
+	}
+	if err != nil {
+		return err
+	}
+	if c.json {
+		type segJSON struct {
+			ID           string `json:"id"`
+			Name         string `json:"name"`
+			ClientID     string `json:"client_id"`
+			State        string `json:"state"`
+			Base         uint64 `json:"base"`
+			Size         uint64 `json:"size"`
+			UsedBytes    uint64 `json:"used_bytes"`
+			Objects      uint64 `json:"objects"`
+			DrainUntilMs int64  `json:"drain_until_ms,omitempty"`
+		}
+		out := make([]segJSON, len(sts))
+		for i, st := range sts {
+			out[i] = segJSON{st.Segment.ID, st.Segment.Name, st.ClientID, st.State, st.Segment.Base, st.Segment.Size, st.UsedBytes, st.Objects, st.DrainUntilMs}
+		}
+		return c.print(out, "")
+	}
+	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tNAME\tCLIENT\tSTATE\tSIZE\tUSED\tOBJECTS\tDRAIN UNTIL")
+	for _, st := range sts {
+		until := "-"
+		if st.DrainUntilMs != 0 {
+			until = time.UnixMilli(st.DrainUntilMs).UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", st.Segment.ID, st.Segment.Name, st.ClientID, st.State,
+			st.Segment.Size, st.UsedBytes, st.Objects, until)
+	}
+	return w.Flush()
 }
 
 func (c *cli) members(ctx context.Context, args []string) error {
