@@ -120,6 +120,51 @@ func TestRegisterModel(t *testing.T) {
 			regOp(1, 1, "read", 0, StatusOK, 12_000_000_000, 13_000_000_000),
 		}, []oplog.Entry{putEnd(1, k, 5), removeEntry(3, k, oplog.SourceEvict, 20_000)}, false, 0},
 	}
+	upsert := func(id int, value uint64, status, steps string, call, ret int64) Op {
+		o := regOp(id, id, "upsert", value, status, call, ret)
+		o.Steps = steps
+		return o
+	}
+	notReadyRead := regOp(3, 3, "read", 0, StatusOK, 22, 28)
+	notReadyRead.Code = "REPLICA_IS_NOT_READY"
+	cases = append(cases, []struct {
+		name     string
+		ops      []Op
+		es       []oplog.Entry
+		ok       bool
+		problems int
+	}{
+		{"an upsert overwrites", []Op{
+			regOp(0, 0, "write", 5, StatusOK, 0, 10),
+			upsert(1, 6, StatusOK, "upsert_start=OK upsert_end=OK", 20, 30),
+			regOp(2, 2, "read", 6, StatusOK, 40, 50),
+		}, []oplog.Entry{putEnd(1, k, 5), putEnd(2, k, 6)}, true, 0},
+		{"the old value after the upsert ended", []Op{
+			regOp(0, 0, "write", 5, StatusOK, 0, 10),
+			upsert(1, 6, StatusOK, "upsert_start=OK upsert_end=OK", 20, 30),
+			regOp(2, 2, "read", 5, StatusOK, 40, 50),
+		}, []oplog.Entry{putEnd(1, k, 5), putEnd(2, k, 6)}, false, 0},
+		{"reads of a key being written say nothing", []Op{
+			regOp(0, 0, "write", 5, StatusOK, 0, 10),
+			upsert(1, 6, StatusOK, "upsert_start=OK upsert_end=OK", 20, 30),
+			notReadyRead,
+			regOp(2, 2, "read", 6, StatusOK, 40, 50),
+		}, []oplog.Entry{putEnd(1, k, 5), putEnd(2, k, 6)}, true, 0},
+		{"an upsert that started and did not end ends the old value", []Op{
+			regOp(0, 0, "write", 5, StatusOK, 0, 10),
+			upsert(1, 6, StatusUnknown, "upsert_start=OK upsert_end=OUTCOME_UNKNOWN", 20, 30),
+			regOp(2, 2, "read", 5, StatusOK, 40, 50),
+		}, []oplog.Entry{putEnd(1, k, 5)}, false, 0},
+		{"and a put may follow it", []Op{
+			regOp(0, 0, "write", 5, StatusOK, 0, 10),
+			upsert(1, 6, StatusUnknown, "upsert_start=OK upsert_end=ILLEGAL_CLIENT", 20, 30),
+			regOp(2, 2, "write", 7, StatusOK, 40, 50),
+			regOp(3, 3, "read", 7, StatusOK, 60, 70),
+		}, []oplog.Entry{putEnd(1, k, 5), putEnd(2, k, 7)}, true, 0},
+		{"an acknowledged upsert missing from the OpLog", []Op{
+			upsert(1, 6, StatusOK, "upsert_start=OK upsert_end=OK", 20, 30),
+		}, nil, true, 1},
+	}...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h, _, problems := registerHistory(tc.ops, tc.es, 0, 9)

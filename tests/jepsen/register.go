@@ -9,18 +9,21 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/oplog"
 )
 
-// The register model: per key, the visible state is 0 (absent, or a put
-// still PROCESSING, which reads cannot see) or v, the size of the complete
-// object. Every write uses a value never used before for its key, so a
-// read identifies the write it saw.
+// The register model: per key, the state is 0 (absent, or a put still
+// PROCESSING) or v, the size of the complete object. Every write and upsert
+// uses a value never used before for its key, so a read identifies the
+// write it saw. A read or remove answered REPLICA_IS_NOT_READY says nothing
+// (the key is being written: by a put over 0, or by an upsert over v) and
+// is left out.
 
 type regInput struct {
-	Kind  string // write, read, remove, drop
+	Kind  string // write, upsert, read, remove, drop
 	Key   string
-	Value uint64 // write: the value written
+	Value uint64 // write, upsert: the value written
 	Why   string // drop: the OpLog source
 }
 
@@ -28,6 +31,7 @@ type regOutput struct {
 	Unknown bool   // the op may or may not have taken effect
 	Value   uint64 // read: the value read, 0 for absent
 	Found   bool   // remove: it removed something (else it found nothing visible)
+	Lost    bool   // upsert: it started but did not end, which ends the old value
 }
 
 // regStep is the sequential specification, as a set of possible next
@@ -50,6 +54,18 @@ func regStep(state, input, output any) []any {
 			return []any{in.Value}
 		}
 		return nil
+	case "upsert":
+		// An upsert overwrites whatever is there. One that started ends
+		// the old value at once (unreadable while written, then taken over
+		// or reclaimed); one whose start may not have applied may have
+		// done that or nothing.
+		switch {
+		case out.Unknown:
+			return []any{s, uint64(0)}
+		case out.Lost:
+			return []any{uint64(0)}
+		}
+		return []any{in.Value}
 	case "read":
 		if out.Value == s {
 			return []any{s}
@@ -82,6 +98,11 @@ func describeReg(input, output any) string {
 	switch in.Kind {
 	case "write":
 		return fmt.Sprintf("write(%d)%s", in.Value, q)
+	case "upsert":
+		if out.Lost {
+			return fmt.Sprintf("upsert(%d)→not ended", in.Value)
+		}
+		return fmt.Sprintf("upsert(%d)%s", in.Value, q)
 	case "read":
 		return fmt.Sprintf("read()→%d", out.Value)
 	case "remove":
@@ -156,12 +177,6 @@ func registerModel() porcupine.Model {
 // leave a choice the ops stay nondeterministic. The problems returned are
 // OpLog entries missing for acknowledged ops.
 func registerHistory(ops []Op, entries []oplog.Entry, startUnixMs int64, dropClient int) ([]porcupine.Operation, registerStats, []string) {
-	type keyLog struct {
-		putEnd     map[uint64]uint64 // size → seq
-		putEndSeqs []uint64          // in seq order, with their sizes
-		sizes      []uint64
-		removes    int // REMOVE source=remove
-	}
 	logs := map[string]*keyLog{}
 	kl := func(k string) *keyLog {
 		if logs[k] == nil {
@@ -199,7 +214,7 @@ func registerHistory(ops []Op, entries []oplog.Entry, startUnixMs int64, dropCli
 			continue
 		}
 		switch {
-		case op.Kind == "write" && op.Status == StatusOK:
+		case (op.Kind == "write" || op.Kind == "upsert") && op.Status == StatusOK:
 			if okWriteReturn[op.Key] == nil {
 				okWriteReturn[op.Key] = map[uint64]int64{}
 			}
@@ -249,25 +264,38 @@ func registerHistory(ops []Op, entries []oplog.Entry, startUnixMs int64, dropCli
 					continue
 				}
 				st.SettledYes++
-				ret = never
-				l := kl(op.Key)
-				for i, s := range l.putEndSeqs {
-					if s > seq {
-						if r, ok := okWriteReturn[op.Key][l.sizes[i]]; ok {
-							ret = r
-							break
-						}
-					}
+				ret = boundByLaterWrite(kl(op.Key), okWriteReturn[op.Key], seq)
+			default:
+				continue
+			}
+		case "upsert":
+			in.Value = op.Value
+			switch {
+			case op.Status == StatusOK:
+			case open:
+				st.Unknown++
+				if seq, applied := kl(op.Key).putEnd[op.Value]; applied {
+					st.SettledYes++
+					ret = boundByLaterWrite(kl(op.Key), okWriteReturn[op.Key], seq)
+				} else if strings.HasPrefix(op.Steps, "upsert_start=OK") {
+					st.SettledYes++
+					o.Lost = true // started, never ended: ended the old value within the op
+				} else {
+					st.Open++
+					o.Unknown, ret = true, never
 				}
 			default:
 				continue
 			}
 		case "read":
-			if op.Status != StatusOK {
+			if op.Status != StatusOK || op.Code == notReady {
 				continue
 			}
 			o.Value = op.Value
 		case "remove":
+			if op.Code == notReady {
+				continue
+			}
 			switch {
 			case op.Status == StatusOK:
 				o.Found = true
@@ -303,6 +331,31 @@ func registerHistory(ops []Op, entries []oplog.Entry, startUnixMs int64, dropCli
 	return out, st, problems
 }
 
+// keyLog is what the OpLog says of one register key.
+type keyLog struct {
+	putEnd     map[uint64]uint64 // size → seq
+	putEndSeqs []uint64          // in seq order, with their sizes
+	sizes      []uint64
+	removes    int // REMOVE source=remove
+}
+
+// notReady is the code of a read or remove of a key being written.
+var notReady = errcode.ReplicaIsNotReady.String()
+
+// boundByLaterWrite is when an applied write of unknown outcome, whose
+// PUT_END has seq, took effect at the latest: when the first acknowledged
+// write or upsert of the key with a later PUT_END returned (never if none).
+func boundByLaterWrite(l *keyLog, okReturn map[uint64]int64, seq uint64) int64 {
+	for i, s := range l.putEndSeqs {
+		if s > seq {
+			if r, ok := okReturn[l.sizes[i]]; ok {
+				return r
+			}
+		}
+	}
+	return never
+}
+
 // registerStats says how the unknown outcomes were settled.
 type registerStats struct {
 	Unknown    int `json:"unknown"`     // register ops whose outcome the client did not learn
@@ -333,8 +386,9 @@ func isRegKey(k string) bool { return len(k) > 4 && k[:4] == "reg/" }
 // Remove (those are in the history already).
 func systemRemoval(s oplog.Source) bool {
 	switch s {
-	case oplog.SourceRemove, oplog.SourceDiscard:
-		// discard reclaims PROCESSING puts, which were never visible.
+	case oplog.SourceRemove, oplog.SourceDiscard, oplog.SourceUpsert:
+		// discard reclaims PROCESSING puts, which were never visible; an
+		// upsert's REMOVE is part of the upsert op.
 		return false
 	}
 	return true

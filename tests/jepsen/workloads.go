@@ -272,6 +272,37 @@ func (c *client) put(workload, kind, key string, slices []uint64, rc transport.R
 	return op
 }
 
+// upsert is UpsertStart + UpsertEnd, as one op; unlike put it never
+// revokes, so an upsert that started but did not end leaves the key being
+// written (unreadable) until another upsert takes it over or it is
+// reclaimed. The steps say whether the start was answered OK, which the
+// register checker needs: a started upsert has ended the old value.
+func (c *client) upsert(workload, kind, key string, size uint64, rc transport.ReplicateConfig) *Op {
+	rec := c.w.rec
+	op := rec.invoke(workload, c.idx, kind, key, size, false)
+	ctx, cancel := c.ctx()
+	_, err := c.cl.UpsertStart(ctx, key, []uint64{size}, rc, c.id)
+	cancel()
+	switch {
+	case err != nil && unknown(err):
+		rec.complete(op, outcome{status: StatusUnknown, err: err, steps: "upsert_start=" + codeName(err)})
+		return op
+	case err != nil:
+		rec.complete(op, outcome{status: StatusFail, err: err, steps: "upsert_start=" + codeName(err)})
+		return op
+	}
+	ctx, cancel = c.ctx()
+	err = c.cl.UpsertEnd(ctx, key, c.id)
+	cancel()
+	steps := "upsert_start=OK upsert_end=" + codeName(err)
+	if err == nil {
+		rec.complete(op, outcome{status: StatusOK, steps: steps})
+	} else {
+		rec.complete(op, outcome{status: StatusUnknown, err: err, steps: steps})
+	}
+	return op
+}
+
 func (c *client) revoke(key string) error {
 	ctx, cancel := c.ctx()
 	defer cancel()
@@ -334,15 +365,18 @@ func (c *client) remove(workload, key string, force bool) *Op {
 
 func regKey(i int) string { return fmt.Sprintf("reg/k%02d", i) }
 
-// registerOp: a write, read or forced remove of one of regKeys keys.
+// registerOp: a write (put), upsert, read or forced remove of one of
+// regKeys keys. Every write and upsert of a key uses a size never used
+// before for it, so a read names the write it saw.
 func (c *client) registerOp() {
 	k := c.rng.IntN(regKeys)
 	key := regKey(k)
+	rc := transport.ReplicateConfig{ReplicaNum: 1, SoftPin: true, PreferredSegment: c.segs[0].Name}
 	switch r := c.rng.IntN(10); {
+	case r < 3:
+		c.put(WRegister, "write", key, []uint64{c.w.regNext[k].Add(1)}, rc)
 	case r < 4:
-		v := c.w.regNext[k].Add(1)
-		c.put(WRegister, "write", key, []uint64{v},
-			transport.ReplicateConfig{ReplicaNum: 1, SoftPin: true, PreferredSegment: c.segs[0].Name})
+		c.upsert(WRegister, "upsert", key, c.w.regNext[k].Add(1), rc)
 	case r < 8:
 		c.get(WRegister, "read", key)
 	default:
