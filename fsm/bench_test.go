@@ -173,3 +173,32 @@ func BenchmarkHeapPerObject(b *testing.B) {
 		runtime.KeepAlive(f)
 	}
 }
+
+// BenchmarkBatchPut: what a node does per object of a 32-key batch put on
+// the leader: encode the BatchPutStart and BatchPutEnd entries, decode and
+// apply them, and trim the ring the way the exporter's acknowledgements do
+// (every 640 entries, about 20 ms at 30,000 objects/s).
+func BenchmarkBatchPut(b *testing.B) {
+	const batch = 32
+	f := benchState(b, 0, 1)
+	f.Apply(Encode(&MountSegment{NowMs: 1, ClientID: "bench", Segment: SegmentSpec{ID: "big", Name: "big", Base: 1 << 50, Size: 1 << 48}}))
+	b.ReportAllocs()
+	b.ResetTimer()
+	starts, ends := make([]Command, batch), make([]Command, batch)
+	for i := 0; i < b.N; i += batch {
+		for j := range batch {
+			key := benchKey(i + j)
+			starts[j] = &PutStart{NowMs: 2, Key: key, SliceLengths: []uint64{4096}, ReplicaNum: 1, ClientID: "bench"}
+			ends[j] = &PutEnd{NowMs: 2, Key: key, ClientID: "bench"}
+		}
+		for _, r := range f.Apply(Encode(&Batch{Cmds: starts})).Batch {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+		}
+		f.Apply(Encode(&Batch{Cmds: ends}))
+		if i%640 < batch {
+			f.Apply(Encode(&Exported{Seq: f.appliedSeq}))
+		}
+	}
+}

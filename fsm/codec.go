@@ -11,9 +11,10 @@ import (
 // records: uvarints, zigzag varints, and uvarint-length-prefixed strings.
 type enc struct{ b []byte }
 
-func (e *enc) u64(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
-func (e *enc) i64(v int64)  { e.b = binary.AppendVarint(e.b, v) }
-func (e *enc) str(s string) { e.u64(uint64(len(s))); e.b = append(e.b, s...) }
+func (e *enc) u64(v uint64)   { e.b = binary.AppendUvarint(e.b, v) }
+func (e *enc) i64(v int64)    { e.b = binary.AppendVarint(e.b, v) }
+func (e *enc) str(s string)   { e.u64(uint64(len(s))); e.b = append(e.b, s...) }
+func (e *enc) bytes(b []byte) { e.u64(uint64(len(b))); e.b = append(e.b, b...) }
 
 func (e *enc) bool(v bool) {
 	if v {
@@ -29,13 +30,15 @@ func (e *enc) bool(v bool) {
 type dec struct {
 	b   []byte
 	err error
-	// what names the thing being decoded in error messages.
-	what string
+	// kind and name ("command", "PutStart") say what is being decoded in
+	// error messages; they are joined only on failure, as decoding is on
+	// every node's apply path.
+	kind, name string
 }
 
 func (d *dec) fail(format string, args ...any) {
 	if d.err == nil {
-		d.err = errcode.New(errcode.InvalidParams, d.what+": "+format, args...)
+		d.err = errcode.New(errcode.InvalidParams, d.kind+" "+d.name+": "+format, args...)
 	}
 }
 
@@ -77,18 +80,21 @@ func (d *dec) bool() bool {
 	}
 }
 
-func (d *dec) str() string {
+func (d *dec) str() string { return string(d.bytes()) }
+
+// bytes reads what enc.bytes or enc.str wrote; the result aliases the input.
+func (d *dec) bytes() []byte {
 	n := d.u64()
 	if d.err != nil {
-		return ""
+		return nil
 	}
 	if n > uint64(len(d.b)) {
 		d.fail("string of %d bytes but only %d remain", n, len(d.b))
-		return ""
+		return nil
 	}
-	s := string(d.b[:n])
+	b := d.b[:n:n]
 	d.b = d.b[n:]
-	return s
+	return b
 }
 
 // count reads a list length; each element takes at least minBytes, which

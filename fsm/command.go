@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/moonraft/moonraft/errcode"
@@ -385,15 +386,19 @@ func (c *Exported) decode(d *dec) { c.Seq = d.u64() }
 
 func (c *Batch) encode(e *enc) {
 	e.u64(uint64(len(c.Cmds)))
+	e.b = slices.Grow(e.b, 64*len(c.Cmds))
+	item := enc{b: make([]byte, 0, 128)} // reused: each item is copied into e
 	for _, cmd := range c.Cmds {
-		e.str(string(Encode(cmd)))
+		item.b = append(item.b[:0], byte(cmd.Type()))
+		cmd.encode(&item)
+		e.bytes(item.b)
 	}
 }
 
 func (c *Batch) decode(d *dec) {
 	c.Cmds = make([]Command, d.count(2))
 	for i := range c.Cmds {
-		b := []byte(d.str())
+		b := d.bytes() // Decode copies what it keeps
 		if d.err != nil {
 			return
 		}
@@ -472,7 +477,7 @@ func Decode(b []byte) (Command, error) {
 		return nil, errcode.New(errcode.InvalidVersion,
 			"command: unknown type %d; the leader may run a newer moonraft than this node: upgrade it", t)
 	}
-	d := dec{b: b[1:], what: "command " + t.String()}
+	d := dec{b: b[1:], kind: "command", name: t.String()}
 	c.decode(&d)
 	if err := d.done(); err != nil {
 		return nil, err

@@ -126,7 +126,7 @@ type FSM struct {
 	discarded []discard
 
 	// Derived indexes, rebuilt on restore and not part of the digest.
-	processing *btree.BTreeG[procItem]
+	processing procIndex
 	tombQueue  []tombstone // in removal order: removedAtMs never decreases
 }
 
@@ -141,15 +141,8 @@ func New() *FSM {
 		objects:    btree.NewG(btreeDegree, func(a, b objItem) bool { return a.key < b.key }),
 		tombstones: btree.NewG(btreeDegree, func(a, b tombstone) bool { return a.key < b.key }),
 		replaced:   map[string][]replica{},
-		processing: btree.NewG(btreeDegree, lessProc),
+		processing: newProcIndex(),
 	}
-}
-
-func lessProc(a, b procItem) bool {
-	if a.putStartMs != b.putStartMs {
-		return a.putStartMs < b.putStartMs
-	}
-	return a.key < b.key
 }
 
 // Result is what Apply returns: Err carries a Mooncake code for a rejected
@@ -269,6 +262,11 @@ func (f *FSM) getObject(key string) (*object, bool) {
 
 func (f *FSM) putObject(key string, o *object) {
 	f.objects.ReplaceOrInsert(objItem{key, o})
+	if o.processing() {
+		f.processing.set(key, o)
+	} else {
+		f.processing.remove(key)
+	}
 }
 
 // leased reports whether o's read lease (or Promote's floor) still holds.
@@ -312,7 +310,7 @@ func (f *FSM) freeBuffers(rs []replica) {
 func (f *FSM) dropObject(key string, o *object, op oplog.OpType, src oplog.Source) {
 	f.freeBuffers(o.replicas)
 	f.releaseReplaced(key)
-	f.forget(key, o)
+	f.forget(key)
 	seq := o.keySeq
 	if op != 0 {
 		seq++

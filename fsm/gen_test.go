@@ -174,19 +174,11 @@ func (g *gen) putStart(f *FSM, now int64) *PutStart {
 
 // pending picks a PROCESSING object and, mostly, its writer.
 func (g *gen) pending(f *FSM) (key, client string) {
-	n := f.processing.Len()
+	n := f.processing.len()
 	if n == 0 || g.r.IntN(10) == 0 {
 		return g.key(), g.client()
 	}
-	i := g.r.IntN(n)
-	f.processing.Ascend(func(p procItem) bool {
-		if i == 0 {
-			key = p.key
-			return false
-		}
-		i--
-		return true
-	})
+	key = f.processing.sorted()[g.r.IntN(n)].key
 	o, _ := f.getObject(key)
 	client = o.clientID
 	if g.r.IntN(10) == 0 {

@@ -39,8 +39,8 @@ func (f *FSM) CheckInvariants() error {
 		}
 		if o.processing() {
 			procs++
-			if !f.processing.Has(procItem{o.putStartMs, it.key}) {
-				err = fmt.Errorf("PROCESSING object %q missing from the index", it.key)
+			if !f.processing.holds(it.key, o) {
+				err = fmt.Errorf("PROCESSING object %q missing from the index, or started before its bound", it.key)
 				return false
 			}
 		}
@@ -65,8 +65,8 @@ func (f *FSM) CheckInvariants() error {
 	for _, d := range f.discarded {
 		held(d.replicas)
 	}
-	if procs != f.processing.Len() {
-		return fmt.Errorf("PROCESSING index holds %d entries for %d objects", f.processing.Len(), procs)
+	if procs != f.processing.len() {
+		return fmt.Errorf("PROCESSING index holds %d entries for %d objects", f.processing.len(), procs)
 	}
 	var capacity, totalUsed uint64
 	for i, s := range f.segOrder {

@@ -66,7 +66,6 @@ func (f *FSM) putStart(c *PutStart) Result {
 	}
 	o := &object{size: total, clientID: f.sharedClientID(c.ClientID), putStartMs: f.nowMs, leaseMs: f.nowMs, softPin: c.SoftPin, keySeq: keySeq, replicas: replicas}
 	f.putObject(c.Key, o)
-	f.processing.ReplaceOrInsert(procItem{o.putStartMs, c.Key})
 	return Result{Replicas: o.descriptors()}
 }
 
@@ -165,7 +164,10 @@ func (f *FSM) lookupOwned(key, clientID string) (*object, error) {
 	if err := f.exportFull(); err != nil {
 		return nil, err
 	}
-	o, ok := f.getObject(key)
+	o, ok := f.processing.get(key) // a PutEnd's usual case, without a tree descent
+	if !ok {
+		o, ok = f.getObject(key)
+	}
 	if !ok {
 		return nil, errcode.New(errcode.ObjectNotFound, "key %q not found", key)
 	}
@@ -194,7 +196,6 @@ func (f *FSM) putEnd(c *PutEnd) Result {
 		n.softPinMs = f.nowMs + f.params.SoftPinTTLMs
 	}
 	n.keySeq++
-	f.processing.Delete(procItem{o.putStartMs, c.Key})
 	f.putObject(c.Key, &n)
 	f.releaseReplaced(c.Key)
 	payload := oplog.EncodePutEndPayload(oplog.PutEndPayload{Size: n.size, Replicas: n.descriptors()})

@@ -118,7 +118,7 @@ func (f *FSM) Stats() Stats {
 		Segments:      len(f.segments),
 		Sessions:      len(f.sessions),
 		Objects:       f.objects.Len(),
-		Processing:    f.processing.Len(),
+		Processing:    f.processing.len(),
 		UsedBytes:     f.used,
 		CapacityBytes: f.capacity,
 		RingLen:       len(f.ring),

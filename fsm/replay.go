@@ -315,13 +315,11 @@ func (f *FSM) takeBuffers(rs []replica) (buffer, bool) {
 func (f *FSM) discard(key string, o *object) {
 	f.freeBuffers(o.replicas)
 	f.releaseReplaced(key)
-	f.forget(key, o)
+	f.forget(key)
 }
 
 // forget takes o out of the object tree and the PROCESSING index.
-func (f *FSM) forget(key string, o *object) {
+func (f *FSM) forget(key string) {
 	f.objects.Delete(objItem{key: key})
-	if o.processing() {
-		f.processing.Delete(procItem{o.putStartMs, key})
-	}
+	f.processing.remove(key)
 }

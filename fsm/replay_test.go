@@ -50,10 +50,9 @@ func (s *replayStream) next(f *FSM) Command {
 func (s *replayStream) snapshotTaken(f *FSM) {
 	s.snapSegs = append([]*segment(nil), f.segOrder...)
 	s.snapProc = map[string]int64{}
-	f.processing.Ascend(func(p procItem) bool {
-		s.snapProc[p.key] = p.putStartMs
-		return true
-	})
+	for key, o := range f.processing.objs {
+		s.snapProc[key] = o.putStartMs
+	}
 }
 
 // adapt returns c made expressible, or nil to draw another command.
@@ -137,7 +136,7 @@ func TestReplayReproducesSource(t *testing.T) {
 			a := New()
 			// The snapshot is taken once the state has some segments and a
 			// put in progress, so replay has something to complete.
-			for i := 0; i < before || len(a.segOrder) < 3 || a.processing.Len() == 0; i++ {
+			for i := 0; i < before || len(a.segOrder) < 3 || a.processing.len() == 0; i++ {
 				a.Apply(Encode(s.next(a)))
 			}
 			var buf bytes.Buffer
@@ -280,7 +279,7 @@ func TestReplayPutEndOverProcessing(t *testing.T) {
 	require.Equal(t, object{size: 200, putStartMs: es[0].TimestampMs, leaseMs: es[0].TimestampMs, keySeq: 1},
 		object{size: o.size, clientID: o.clientID, putStartMs: o.putStartMs, leaseMs: o.leaseMs, softPin: o.softPin, keySeq: o.keySeq},
 		"what the entry does not say is neutral: no client, no soft pin")
-	require.Zero(t, x.dst.processing.Len())
+	require.Zero(t, x.dst.processing.len())
 	require.Equal(t, x.src.f.used, x.dst.used)
 	require.Equal(t, x.src.f.ObjectSetDigest(), x.dst.ObjectSetDigest())
 
@@ -351,7 +350,7 @@ func TestReplayRemovals(t *testing.T) {
 			if existed {
 				require.Less(t, x.dst.used, usedBefore, "its buffers are freed")
 			}
-			require.Equal(t, tt.wantProcessing, x.dst.processing.Len())
+			require.Equal(t, tt.wantProcessing, x.dst.processing.len())
 			if e.Key != "ghost" {
 				require.Equal(t, x.src.f.ObjectSetDigest(), x.dst.ObjectSetDigest())
 			}

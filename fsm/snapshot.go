@@ -354,7 +354,7 @@ func (rs *restorer) record(name string, data []byte) error {
 		rs.section, rs.records = next, 0
 	}
 	rs.records++
-	d := &dec{b: data, what: "snapshot " + name + " record"}
+	d := &dec{b: data, kind: "snapshot record", name: name}
 	var err error
 	switch name {
 	case "meta":
@@ -490,10 +490,7 @@ func (rs *restorer) object(d *dec) error {
 	if sess, ok := rs.f.sessions[o.clientID]; ok {
 		o.clientID = sess.clientID
 	}
-	rs.f.objects.ReplaceOrInsert(objItem{key, o})
-	if o.processing() {
-		rs.f.processing.ReplaceOrInsert(procItem{o.putStartMs, key})
-	}
+	rs.f.putObject(key, o)
 	return nil
 }
 

@@ -66,14 +66,7 @@ func (f *FSM) expireSessions() (removed uint64) {
 // reclaimStalePuts drops PROCESSING objects older than PutStartReleaseMs:
 // their writer is gone and their space is wanted back.
 func (f *FSM) reclaimStalePuts() uint64 {
-	var stale []procItem
-	f.processing.Ascend(func(p procItem) bool {
-		if p.putStartMs+f.params.PutStartReleaseMs > f.nowMs {
-			return false
-		}
-		stale = append(stale, p)
-		return true
-	})
+	stale := f.processing.startedBy(f.nowMs - f.params.PutStartReleaseMs)
 	for _, p := range stale {
 		o, _ := f.getObject(p.key)
 		f.dropObject(p.key, o, oplog.OpRemove, oplog.SourceDiscard)
@@ -279,6 +272,10 @@ func (f *FSM) promote(c *Promote) Result {
 	return Result{}
 }
 
+// maxRingReserve bounds the capacity a fully exported ring starts its next
+// round with, so one large backlog does not pin a large array.
+const maxRingReserve = 8192
+
 func (f *FSM) exported(c *Exported) Result {
 	if c.Seq > f.appliedSeq {
 		return failed(errcode.InvalidParams, "exported seq %d is beyond the last produced seq %d", c.Seq, f.appliedSeq)
@@ -288,7 +285,10 @@ func (f *FSM) exported(c *Exported) Result {
 	}
 	n := min(c.Seq-f.ring[0].SequenceID+1, uint64(len(f.ring)))
 	if n == uint64(len(f.ring)) {
-		f.ring = nil // let the exported entries go; a snapshot may still hold the old slice
+		// Let the exported entries go (a snapshot may still hold the old
+		// slice), but start the next round at this round's size: growing
+		// from nil by doubling copied every entry about twice.
+		f.ring = make([]oplog.Entry, 0, min(n, maxRingReserve))
 	} else {
 		f.ring = f.ring[n:]
 	}

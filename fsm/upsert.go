@@ -74,7 +74,6 @@ func (f *FSM) upsertStart(c *UpsertStart) Result {
 		f.replaced[c.Key] = o.replicas
 	}
 	f.putObject(c.Key, &n)
-	f.processing.ReplaceOrInsert(procItem{n.putStartMs, c.Key})
 	return Result{Replicas: n.descriptors()}
 }
 
@@ -114,7 +113,7 @@ func (f *FSM) takeOver(key string, o *object, hold bool) {
 		f.emit(oplog.OpRemove, key, "", seq, oplog.SourceUpsert)
 	}
 	f.releaseReplaced(key)
-	f.forget(key, o)
+	f.forget(key)
 	f.bury(key, seq)
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -355,14 +356,16 @@ func mountFor(ctx context.Context, cl *transport.Client, clientID string) ([]fsm
 }
 
 // profileNodes saves a CPU profile of every node for d: the leader's into
-// prefix-leader.pprof, the followers' into prefix-follower-ID.pprof.
+// prefix-leader.pprof, the followers' into prefix-follower-ID.pprof, and
+// moonbench's own (the clients and the embedded etcd, which share the
+// machine's cores with the nodes) into prefix-moonbench.pprof.
 func (lc *localCluster) profileNodes(ctx context.Context, d time.Duration, prefix string) error {
 	l, err := lc.leader(ctx)
 	if err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
-	errs := make([]error, len(lc.procs))
+	errs := make([]error, len(lc.procs)+1)
 	for i, p := range lc.procs {
 		path := prefix + "-follower-" + p.id + ".pprof"
 		if p == l {
@@ -370,8 +373,26 @@ func (lc *localCluster) profileNodes(ctx context.Context, d time.Duration, prefi
 		}
 		wg.Go(func() { errs[i] = profileNode(ctx, p, d, path) })
 	}
+	wg.Go(func() { errs[len(lc.procs)] = profileSelf(ctx, d, prefix+"-moonbench.pprof") })
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+func profileSelf(ctx context.Context, d time.Duration, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	pprof.StopCPUProfile()
+	return f.Close()
 }
 
 func profileNode(ctx context.Context, p *proc, d time.Duration, path string) error {
