@@ -27,7 +27,7 @@ func TestDeterminism(t *testing.T) {
 	var c *FSM
 	var outA, outB, outC []oplog.Entry
 	collect := func(f *FSM, out *[]oplog.Entry, seqBefore uint64) {
-		for _, e := range f.ring {
+		for _, e := range entries(f) {
 			if e.SequenceID > seqBefore {
 				*out = append(*out, e)
 			}

@@ -16,7 +16,7 @@ import (
 // evicted returns the keys evicted since ring index from, in order.
 func (x *h) evictedSince(from int) []string {
 	var keys []string
-	for _, e := range x.f.ring[from:] {
+	for _, e := range entries(x.f)[from:] {
 		if e.Source == oplog.SourceEvict {
 			keys = append(keys, e.Key)
 		}
@@ -35,7 +35,7 @@ func TestEvictionWatermark(t *testing.T) {
 	assert.Zero(t, r.Evicted, "95 %% used is not over the 0.95 watermark")
 	x.put("k95", "c1", 10)
 	x.now += 1
-	from := len(x.f.ring)
+	from := len(entries(x.f))
 	r = x.keepAlive("c1")
 	assert.Equal(t, uint64(5), r.Evicted, "over the watermark: evict 5 %% of capacity")
 	assert.Equal(t, []string{"k00", "k01", "k02", "k03", "k04"}, x.evictedSince(from),
@@ -58,7 +58,7 @@ func TestEvictionOrderAndLeases(t *testing.T) {
 	}
 	x.tick(renewals...)
 	x.now += 100*10 + x.f.params.LeaseTTLMs - 1 // only k0 is still leased
-	from := len(x.f.ring)
+	from := len(entries(x.f))
 	// Each tick frees at least 5 % of capacity: one 10-byte object.
 	for i := 0; i < 12; i++ {
 		x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}, Evict: true})
@@ -85,7 +85,7 @@ func TestEvictionSoftPinnedSecondPass(t *testing.T) {
 			}
 			x.put("plain", "c1", 10)
 			x.now++
-			from := len(x.f.ring)
+			from := len(entries(x.f))
 			x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}, Evict: true})
 			if allow {
 				assert.Equal(t, []string{"plain", "pin0", "pin1"}, x.evictedSince(from), "soft-pinned only after the others")

@@ -116,7 +116,7 @@ type FSM struct {
 
 	objects    *btree.BTreeG[objItem]
 	tombstones *btree.BTreeG[tombstone]
-	ring       []oplog.Entry
+	ring       []ringEntry
 	// replaced holds the old replicas of a size-changing upsert in
 	// progress, released at its UpsertEnd (or when the write goes).
 	replaced map[string][]replica
@@ -247,13 +247,6 @@ func (f *FSM) exportFull() error {
 	return nil
 }
 
-// emit produces the next OpLog entry for key.
-func (f *FSM) emit(op oplog.OpType, key, payload string, keySeq uint64, src oplog.Source) {
-	f.appliedSeq++
-	if f.params.ExportRingCap > 0 {
-		f.ring = append(f.ring, oplog.NewEntry(f.appliedSeq, f.nowMs, op, key, payload, keySeq, src))
-	}
-}
 
 func (f *FSM) getObject(key string) (*object, bool) {
 	it, ok := f.objects.Get(objItem{key: key})
@@ -314,7 +307,7 @@ func (f *FSM) dropObject(key string, o *object, op oplog.OpType, src oplog.Sourc
 	seq := o.keySeq
 	if op != 0 {
 		seq++
-		f.emit(op, key, "", seq, src)
+		f.emit(op, key, nil, seq, src)
 	}
 	f.bury(key, seq)
 }

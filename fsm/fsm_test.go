@@ -81,7 +81,7 @@ func TestUnmountSegment(t *testing.T) {
 	require.True(t, ok, "an object keeps its other replica")
 	assert.Len(t, o.replicas, 1)
 	assert.NotEqual(t, "s1", o.replicas[0].buffers[0].seg.id)
-	last := x.f.ring[len(x.f.ring)-1]
+	last := entries(x.f)[len(entries(x.f))-1]
 	assert.Equal(t, oplog.OpRemove, last.OpType)
 	assert.Equal(t, oplog.SourceUnmountSegment, last.Source)
 	assert.Equal(t, "only-on-s1", last.Key)
@@ -167,8 +167,8 @@ func TestPutLifecycle(t *testing.T) {
 	x.code(errcode.ObjectNotFound, &PutEnd{NowMs: x.now, Key: "nope", ClientID: "c1"})
 	x.code(errcode.InvalidKey, &PutEnd{NowMs: x.now, Key: "", ClientID: "c1"})
 	x.ok(&PutEnd{NowMs: x.now, Key: "a/b", ClientID: "c1"})
-	require.Len(t, x.f.ring, 1)
-	e := x.f.ring[0]
+	require.Len(t, entries(x.f), 1)
+	e := entries(x.f)[0]
 	assert.Equal(t, oplog.OpPutEnd, e.OpType)
 	assert.Equal(t, uint64(1), e.SequenceID)
 	assert.Equal(t, uint64(1), e.KeySequenceID)
@@ -181,7 +181,7 @@ func TestPutLifecycle(t *testing.T) {
 
 	// A retried PutEnd is a no-op, not a second entry.
 	x.ok(&PutEnd{NowMs: x.now, Key: "a/b", ClientID: "c1"})
-	assert.Len(t, x.f.ring, 1)
+	assert.Len(t, entries(x.f), 1)
 
 	x.code(errcode.InvalidWrite, &PutRevoke{NowMs: x.now, Key: "a/b", ClientID: "c1"})
 	read := x.f.GetReplicaList("a/b", x.now)
@@ -202,11 +202,11 @@ func TestPutRevoke(t *testing.T) {
 	assert.Equal(t, uint64(1), r.Removed)
 	assert.False(t, x.exists("k"))
 	assert.Equal(t, uint64(0), x.f.used)
-	require.Len(t, x.f.ring, 1)
-	assert.Equal(t, oplog.OpPutRevoke, x.f.ring[0].OpType)
+	require.Len(t, entries(x.f), 1)
+	assert.Equal(t, oplog.OpPutRevoke, entries(x.f)[0].OpType)
 	// The key's sequence continues after re-creation.
 	x.put("k", "c1", 10)
-	assert.Equal(t, uint64(2), x.f.ring[1].KeySequenceID)
+	assert.Equal(t, uint64(2), entries(x.f)[1].KeySequenceID)
 }
 
 func TestStalePutStart(t *testing.T) {
@@ -220,7 +220,7 @@ func TestStalePutStart(t *testing.T) {
 	o, _ := x.f.getObject("k")
 	assert.Equal(t, "c2", o.clientID, "an abandoned put is preempted")
 	assert.Equal(t, uint64(5), x.f.used)
-	assert.Empty(t, x.f.ring, "preemption exports nothing: the put was never visible")
+	assert.Empty(t, entries(x.f), "preemption exports nothing: the put was never visible")
 
 	x.now += x.f.params.PutStartReleaseMs - 1
 	x.keepAlive("c1")
@@ -229,7 +229,7 @@ func TestStalePutStart(t *testing.T) {
 	r := x.keepAlive("c1")
 	assert.False(t, x.exists("k"), "released after put_start_release_timeout")
 	assert.Equal(t, uint64(1), r.Removed)
-	assert.Equal(t, oplog.SourceDiscard, x.f.ring[0].Source)
+	assert.Equal(t, oplog.SourceDiscard, entries(x.f)[0].Source)
 }
 
 func TestRemove(t *testing.T) {
@@ -251,7 +251,7 @@ func TestRemove(t *testing.T) {
 	x.put("k2", "c1", 10)
 	x.tick(lease.Renewal{Key: "k2", AtMs: x.now})
 	x.ok(&Remove{NowMs: x.now, Key: "k2", Force: true})
-	last := x.f.ring[len(x.f.ring)-1]
+	last := entries(x.f)[len(entries(x.f))-1]
 	assert.Equal(t, oplog.SourceRemove, last.Source)
 	assert.Equal(t, "k2", last.Key)
 }
@@ -271,13 +271,13 @@ func TestRemoveByRegexAndAll(t *testing.T) {
 	assert.Equal(t, uint64(2), r.Removed, "a/1 and a/3; a/2 is leased, a/processing in flight")
 	assert.True(t, x.exists("a/2"))
 	assert.True(t, x.exists("a/processing"))
-	assert.Equal(t, oplog.SourceRemoveByRegex, x.f.ring[len(x.f.ring)-1].Source)
+	assert.Equal(t, oplog.SourceRemoveByRegex, entries(x.f)[len(entries(x.f))-1].Source)
 
 	r = x.ok(&RemoveAll{NowMs: x.now})
 	assert.Equal(t, uint64(1), r.Removed, "b/1")
 	r = x.ok(&RemoveAll{NowMs: x.now, Force: true})
 	assert.Equal(t, uint64(1), r.Removed, "a/2 despite its lease")
-	assert.Equal(t, oplog.SourceRemoveAll, x.f.ring[len(x.f.ring)-1].Source)
+	assert.Equal(t, oplog.SourceRemoveAll, entries(x.f)[len(entries(x.f))-1].Source)
 	assert.Equal(t, 1, x.f.objects.Len(), "only the PROCESSING put is left")
 }
 
@@ -351,7 +351,7 @@ func TestClientExpiryOrderAndPings(t *testing.T) {
 	assert.True(t, x.f.HasSession("c2"))
 	assert.False(t, x.exists("k"), "its only replica was on c1's segment")
 	assert.Equal(t, uint64(1), r.Removed)
-	assert.Equal(t, oplog.SourceClientExpired, x.f.ring[len(x.f.ring)-1].Source)
+	assert.Equal(t, oplog.SourceClientExpired, entries(x.f)[len(entries(x.f))-1].Source)
 	assert.Equal(t, uint64(1000), x.f.capacity)
 	x.now += ttl
 	x.tick()
@@ -380,10 +380,10 @@ func TestPromote(t *testing.T) {
 	// Without etcd the ring is not kept.
 	p.ExportRingCap = 0
 	x.ok(&Promote{NowMs: x.now, LeaderID: "n3", Term: 3, Params: p})
-	assert.Empty(t, x.f.ring)
+	assert.Empty(t, entries(x.f))
 	seq := x.f.appliedSeq
 	x.put("k2", "c1", 10)
-	assert.Empty(t, x.f.ring)
+	assert.Empty(t, entries(x.f))
 	assert.Equal(t, seq+1, x.f.appliedSeq, "sequence ids advance regardless")
 }
 
@@ -404,15 +404,15 @@ func TestExportRing(t *testing.T) {
 	require.NoError(t, x.f.GetReplicaList("a", x.now).Err)
 	x.now += x.f.params.LeaseTTLMs // past Promote's lease on everything
 	x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}}, Evict: true})
-	assert.Greater(t, len(x.f.ring), 3, "eviction entries go past the bound")
+	assert.Greater(t, len(entries(x.f)), 3, "eviction entries go past the bound")
 
 	x.code(errcode.InvalidParams, &Exported{Seq: x.f.appliedSeq + 1})
 	x.ok(&Exported{Seq: 2})
-	assert.Equal(t, uint64(3), x.f.ring[0].SequenceID)
+	assert.Equal(t, uint64(3), entries(x.f)[0].SequenceID)
 	x.ok(&Exported{Seq: 1}) // stale acknowledgement
-	assert.Equal(t, uint64(3), x.f.ring[0].SequenceID)
+	assert.Equal(t, uint64(3), entries(x.f)[0].SequenceID)
 	x.ok(&Exported{Seq: x.f.appliedSeq})
-	assert.Empty(t, x.f.ring)
+	assert.Empty(t, entries(x.f))
 	x.ok(&PutStart{NowMs: x.now, Key: "d", SliceLengths: []uint64{1}, ReplicaNum: 1, ClientID: "c1"})
 }
 
@@ -422,7 +422,7 @@ func TestKeySequenceTombstones(t *testing.T) {
 	x.put("k", "c1", 10)
 	x.ok(&Remove{NowMs: x.now, Key: "k", Force: true})
 	x.put("k", "c1", 10)
-	last := x.f.ring[len(x.f.ring)-1]
+	last := entries(x.f)[len(entries(x.f))-1]
 	assert.Equal(t, uint64(3), last.KeySequenceID, "PUT_END 1, REMOVE 2, PUT_END 3")
 	x.ok(&Remove{NowMs: x.now, Key: "k", Force: true})
 	assert.Equal(t, 1, x.f.tombstones.Len())
@@ -433,7 +433,7 @@ func TestKeySequenceTombstones(t *testing.T) {
 	x.keepAlive("c1")
 	assert.Equal(t, 0, x.f.tombstones.Len(), "forgotten after an hour of command time")
 	x.put("k", "c1", 10)
-	assert.Equal(t, uint64(1), x.f.ring[len(x.f.ring)-1].KeySequenceID)
+	assert.Equal(t, uint64(1), entries(x.f)[len(entries(x.f))-1].KeySequenceID)
 }
 
 func TestTimeNeverGoesBack(t *testing.T) {
@@ -509,10 +509,10 @@ func TestRingAfterAndLease(t *testing.T) {
 		}
 		return out
 	}
-	assert.Equal(t, []uint64{2, 3, 4}, seqs(x.f.RingAfter(0, 10)), "trimmed entries are gone")
-	assert.Equal(t, []uint64{3, 4}, seqs(x.f.RingAfter(2, 10)))
-	assert.Equal(t, []uint64{3}, seqs(x.f.RingAfter(2, 1)))
-	assert.Empty(t, x.f.RingAfter(4, 10))
+	assert.Equal(t, []uint64{2, 3, 4}, seqs(x.f.RingAfter(0, 10).Entries()), "trimmed entries are gone")
+	assert.Equal(t, []uint64{3, 4}, seqs(x.f.RingAfter(2, 10).Entries()))
+	assert.Equal(t, []uint64{3}, seqs(x.f.RingAfter(2, 1).Entries()))
+	assert.Empty(t, x.f.RingAfter(4, 10).Entries())
 	l, sp, ok := x.f.Lease("a")
 	assert.True(t, ok)
 	assert.Equal(t, x.now, l)
@@ -540,7 +540,7 @@ func TestBatch(t *testing.T) {
 	assert.Equal(t, errcode.ObjectAlreadyExists, r.Batch[1].Code(), "items apply in order")
 	assert.NoError(t, r.Batch[2].Err)
 	assert.Equal(t, errcode.ObjectNotFound, r.Batch[3].Code())
-	assert.Len(t, x.f.ring, 1)
+	assert.Len(t, entries(x.f), 1)
 
 	// Only puts may be batched: the decoder refuses anything else, and so
 	// does Apply if handed one directly.

@@ -144,7 +144,7 @@ func (g *gen) next(f *FSM) Command {
 	default:
 		seq := f.appliedSeq
 		if n := len(f.ring); n > 0 {
-			seq = f.ring[0].SequenceID - 1 + uint64(g.r.IntN(n+1))
+			seq = f.ring[0].seq - 1 + uint64(g.r.IntN(n+1))
 		}
 		return &Exported{Seq: seq}
 	}

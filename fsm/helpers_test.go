@@ -6,6 +6,7 @@ import (
 
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/lease"
+	"github.com/moonraft/moonraft/oplog"
 	"github.com/moonraft/moonraft/snapshots"
 	"github.com/stretchr/testify/require"
 )
@@ -86,3 +87,6 @@ func roundTrip(t testing.TB, f *FSM) *FSM {
 	require.NoError(t, g.CheckInvariants())
 	return g
 }
+
+// entries returns f's export ring as the exporter reads it.
+func entries(f *FSM) []oplog.Entry { return f.Ring().Entries() }

@@ -102,8 +102,8 @@ func (f *FSM) CheckInvariants() error {
 		return fmt.Errorf("%d sessions but %d deadlines", len(f.sessions), f.deadlines.Len())
 	}
 	for i, e := range f.ring {
-		if want := f.appliedSeq - uint64(len(f.ring)-1-i); e.SequenceID != want {
-			return fmt.Errorf("export ring entry %d has seq %d, expected %d", i, e.SequenceID, want)
+		if want := f.appliedSeq - uint64(len(f.ring)-1-i); e.seq != want {
+			return fmt.Errorf("export ring entry %d has seq %d, expected %d", i, e.seq, want)
 		}
 	}
 	return nil

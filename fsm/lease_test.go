@@ -38,7 +38,7 @@ func TestLeaseInvariant(t *testing.T) {
 		}
 		seq := f.appliedSeq
 		f.Apply(Encode(cmd))
-		for _, e := range f.ring {
+		for _, e := range entries(f) {
 			if e.SequenceID <= seq || e.OpType != oplog.OpRemove {
 				continue
 			}

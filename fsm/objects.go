@@ -198,8 +198,7 @@ func (f *FSM) putEnd(c *PutEnd) Result {
 	n.keySeq++
 	f.putObject(c.Key, &n)
 	f.releaseReplaced(c.Key)
-	payload := oplog.EncodePutEndPayload(oplog.PutEndPayload{Size: n.size, Replicas: n.descriptors()})
-	f.emit(oplog.OpPutEnd, c.Key, payload, n.keySeq, oplog.SourceNone)
+	f.emit(oplog.OpPutEnd, c.Key, &n, n.keySeq, oplog.SourceNone)
 	return Result{}
 }
 

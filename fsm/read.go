@@ -152,10 +152,6 @@ func segmentInfo(s *segment) SegmentInfo {
 // Params returns the parameters in force.
 func (f *FSM) Params() Params { return f.params }
 
-// Ring returns the OpLog entries not yet acknowledged as exported, oldest
-// first. The slice is shared: callers must not modify it.
-func (f *FSM) Ring() []oplog.Entry { return f.ring[:len(f.ring):len(f.ring)] }
-
 // eachExported calls fn for every object complete in the OpLog's view, in
 // key order: the complete ones, and a resizing upsert's old value, which
 // the OpLog still has, intact, until the upsert's PUT_END.
@@ -197,21 +193,6 @@ func (f *FSM) Lease(key string) (leaseMs, softPinMs int64, ok bool) {
 	return f.effectiveLease(o), softPinMs, true
 }
 
-// RingAfter returns up to max ring entries with seq > after, oldest first;
-// the slice is shared and must not be modified.
-func (f *FSM) RingAfter(after uint64, max int) []oplog.Entry {
-	r := f.ring
-	if len(r) == 0 || after >= r[len(r)-1].SequenceID {
-		return nil
-	}
-	if first := r[0].SequenceID; after >= first {
-		r = r[after-first+1:]
-	}
-	if len(r) > max {
-		r = r[:max]
-	}
-	return r[:len(r):len(r)]
-}
 
 // EachComplete calls fn for every object complete in the OpLog's view
 // (eachExported) with what an etcd follower knows of it: size,

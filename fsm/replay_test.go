@@ -150,7 +150,7 @@ func TestReplayReproducesSource(t *testing.T) {
 			for i := 1; i <= after; i++ {
 				seq := a.appliedSeq
 				a.Apply(Encode(s.next(a)))
-				for _, e := range a.RingAfter(seq, math.MaxInt) {
+				for _, e := range a.RingAfter(seq, math.MaxInt).Entries() {
 					if o, ok := b.getObject(e.Key); ok && o.processing() && e.OpType == oplog.OpPutEnd {
 						overProcessing++
 					}
@@ -178,7 +178,7 @@ func TestReplayReproducesSource(t *testing.T) {
 					return true
 				})
 			}
-			require.Empty(t, b.Ring(), "every replayed entry is in etcd already")
+			require.Empty(t, b.Ring().Entries(), "every replayed entry is in etcd already")
 			// The offline tool writes the result as the new cluster's snapshot.
 			require.Equal(t, b.Digest(), roundTrip(t, b).Digest())
 			redrawn += s.redrawn
@@ -217,13 +217,13 @@ func newReplayFix(t *testing.T) *replayFix {
 	require.NoError(t, src.putStart("busy", "c1", 200).Err)
 	src.mount("c1", "s3", s3Base, 1000)
 	dst := roundTrip(t, src.f)
-	require.Len(t, dst.Ring(), 1)
+	require.Len(t, dst.Ring().Entries(), 1)
 	return &replayFix{src, dst, src.f.appliedSeq}
 }
 
 // entries are the source's OpLog entries after the snapshot.
 func (x *replayFix) entries() []oplog.Entry {
-	return x.src.f.RingAfter(x.snapSeq, math.MaxInt)
+	return x.src.f.RingAfter(x.snapSeq, math.MaxInt).Entries()
 }
 
 // next returns the dst's next entry, one second later.
@@ -262,7 +262,7 @@ func replay(t *testing.T, f *FSM, e oplog.Entry) {
 	require.NoError(t, err)
 	require.NoError(t, f.CheckInvariants())
 	require.Equal(t, e.SequenceID, f.appliedSeq)
-	require.Empty(t, f.Ring(), "the ring holds nothing etcd has")
+	require.Empty(t, f.Ring().Entries(), "the ring holds nothing etcd has")
 }
 
 func TestReplayPutEndOverProcessing(t *testing.T) {
@@ -394,7 +394,7 @@ func TestReplayKeySeqContinues(t *testing.T) {
 	require.NoError(t, f.ApplyCommand(&PutStart{NowMs: now, Key: "k", SliceLengths: []uint64{8}, ReplicaNum: 1, ClientID: "c1"}).Err)
 	require.NoError(t, f.ApplyCommand(&PutEnd{NowMs: now, Key: "k", ClientID: "c1"}).Err)
 	require.NoError(t, f.CheckInvariants())
-	ring := f.Ring()
+	ring := f.Ring().Entries()
 	require.Len(t, ring, 1)
 	require.Equal(t, oplog.NewEntry(x.snapSeq+uint64(len(steps))+1, now, oplog.OpPutEnd, "k", ring[0].Payload, 6, oplog.SourceNone), ring[0])
 }
@@ -483,7 +483,7 @@ func TestReplayErrors(t *testing.T) {
 			require.Equal(t, digest, x.dst.Digest(), "the state is unchanged")
 			require.Equal(t, extents, allExtents(x.dst), "the allocators are unchanged")
 			require.NoError(t, x.dst.CheckInvariants())
-			require.Len(t, x.dst.Ring(), 1, "the ring is not trimmed by a refused entry")
+			require.Len(t, x.dst.Ring().Entries(), 1, "the ring is not trimmed by a refused entry")
 
 			// Replay goes on with a good entry.
 			replay(t, x.dst, x.next(oplog.OpRemove, "done", "", 2))
@@ -568,7 +568,7 @@ func TestReplayReconciles(t *testing.T) {
 			require.Equal(t, "p", o.replicas[0].buffers[0].seg.id)
 			require.Equal(t, "q", o.replicas[0].buffers[1].seg.id)
 			src.ok(&UnmountSegment{NowMs: src.now, ClientID: "c2", SegmentID: "p"})
-			require.Len(t, src.f.Ring(), 1, "losing a replica exports nothing")
+			require.Len(t, src.f.Ring().Entries(), 1, "losing a replica exports nothing")
 			src.put("k", "c1", 80) // best fit: the 80 bytes replica 0 left on q
 		}, ReplayNote{StaleDropped: 1}, func(t *testing.T, dst *FSM) {
 			o, ok := dst.getObject("two")
@@ -583,7 +583,7 @@ func TestReplayReconciles(t *testing.T) {
 			dst := roundTrip(t, src.f)
 			from := src.f.appliedSeq
 			tt.after(src)
-			es := src.f.RingAfter(from, math.MaxInt)
+			es := src.f.RingAfter(from, math.MaxInt).Entries()
 			require.NotEmpty(t, es)
 			n, note, err := dst.ReplayEntries(es)
 			require.NoError(t, err)

@@ -28,7 +28,7 @@ type Snapshot struct {
 	sessions   []sessionRec
 	objects    *btree.BTreeG[objItem]
 	tombstones *btree.BTreeG[tombstone]
-	ring       []oplog.Entry
+	ring       Pending
 	used       uint64
 	draining   []drainRec
 	replaced   []replacedRec
@@ -210,7 +210,8 @@ func (s *Snapshot) writeSections(w *snapshots.Writer) error {
 		}
 	}
 	section("ring", func() error {
-		for _, en := range s.ring {
+		for i := range s.ring.es {
+			en := s.ring.es[i].entry()
 			e.u64(en.SequenceID)
 			e.i64(en.TimestampMs)
 			e.u64(uint64(en.OpType))
@@ -605,10 +606,10 @@ func (rs *restorer) ringEntry(d *dec) error {
 		return err
 	}
 	f := rs.f
-	if n := len(f.ring); n > 0 && e.SequenceID != f.ring[n-1].SequenceID+1 {
+	if n := len(f.ring); n > 0 && e.SequenceID != f.ring[n-1].seq+1 {
 		return corrupt("export ring has a gap before seq %d", e.SequenceID)
 	}
-	f.ring = append(f.ring, e)
+	f.ring = append(f.ring, ringEntry{seq: e.SequenceID, restored: &e})
 	return nil
 }
 
@@ -635,8 +636,8 @@ func (rs *restorer) finish() error {
 		f.used += s.size - a.free
 	}
 	f.segOrder = rs.segs
-	if n := len(f.ring); n > 0 && f.ring[n-1].SequenceID != f.appliedSeq {
-		return corrupt("export ring ends at seq %d but applied seq is %d", f.ring[n-1].SequenceID, f.appliedSeq)
+	if n := len(f.ring); n > 0 && f.ring[n-1].seq != f.appliedSeq {
+		return corrupt("export ring ends at seq %d but applied seq is %d", f.ring[n-1].seq, f.appliedSeq)
 	}
 	f.tombstones.Ascend(func(t tombstone) bool {
 		f.tombQueue = append(f.tombQueue, t)

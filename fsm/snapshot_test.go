@@ -197,8 +197,9 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		}, errcode.FileReadFail},
 		{"bad ring checksum", func() []byte {
 			f := good()
-			f.ring = append(f.ring[:len(f.ring)-1:len(f.ring)-1], f.ring[len(f.ring)-1])
-			f.ring[len(f.ring)-1].Checksum++
+			last := f.ring[len(f.ring)-1].entry()
+			last.Checksum++
+			f.ring = append(f.ring[:len(f.ring)-1:len(f.ring)-1], ringEntry{seq: last.SequenceID, restored: &last})
 			return write(f)
 		}, errcode.ChecksumMismatch},
 		{"ring not ending at applied seq", func() []byte {

@@ -280,15 +280,15 @@ func (f *FSM) exported(c *Exported) Result {
 	if c.Seq > f.appliedSeq {
 		return failed(errcode.InvalidParams, "exported seq %d is beyond the last produced seq %d", c.Seq, f.appliedSeq)
 	}
-	if len(f.ring) == 0 || c.Seq < f.ring[0].SequenceID {
+	if len(f.ring) == 0 || c.Seq < f.ring[0].seq {
 		return Result{}
 	}
-	n := min(c.Seq-f.ring[0].SequenceID+1, uint64(len(f.ring)))
+	n := min(c.Seq-f.ring[0].seq+1, uint64(len(f.ring)))
 	if n == uint64(len(f.ring)) {
 		// Let the exported entries go (a snapshot may still hold the old
 		// slice), but start the next round at this round's size: growing
 		// from nil by doubling copied every entry about twice.
-		f.ring = make([]oplog.Entry, 0, min(n, maxRingReserve))
+		f.ring = make([]ringEntry, 0, min(n, maxRingReserve))
 	} else {
 		f.ring = f.ring[n:]
 	}

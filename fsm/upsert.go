@@ -60,7 +60,7 @@ func (f *FSM) upsertStart(c *UpsertStart) Result {
 			n.replicas[i] = replica{status: Processing, buffers: r.buffers}
 		}
 		n.keySeq++
-		f.emit(oplog.OpRemove, c.Key, "", n.keySeq, oplog.SourceUpsert)
+		f.emit(oplog.OpRemove, c.Key, nil, n.keySeq, oplog.SourceUpsert)
 	} else {
 		replicas, ok := f.allocate(&c.PutStart, o.keySeq)
 		if !ok {
@@ -110,7 +110,7 @@ func (f *FSM) takeOver(key string, o *object, hold bool) {
 	seq := o.keySeq
 	if _, resizing := f.replaced[key]; resizing {
 		seq++
-		f.emit(oplog.OpRemove, key, "", seq, oplog.SourceUpsert)
+		f.emit(oplog.OpRemove, key, nil, seq, oplog.SourceUpsert)
 	}
 	f.releaseReplaced(key)
 	f.forget(key)

@@ -23,8 +23,8 @@ func (x *h) end(key, client string) Result {
 // lastOp is the last OpLog entry the state produced.
 func (x *h) lastOp() oplog.Entry {
 	x.t.Helper()
-	require.NotEmpty(x.t, x.f.ring)
-	return x.f.ring[len(x.f.ring)-1]
+	require.NotEmpty(x.t, entries(x.f))
+	return entries(x.f)[len(entries(x.f))-1]
 }
 
 func addresses(rs []oplog.ReplicaDesc) []uint64 {

@@ -136,14 +136,15 @@ const exportLinger = 20 * time.Millisecond
 // and their encodings. If the last write was recent (the exporter is under
 // load) and the batch is not full, it lingers briefly for more.
 func (n *Node) nextBatch(ctx context.Context, latest uint64, lastWrite time.Time) ([]oplog.Entry, [][]byte) {
-	var batch []oplog.Entry
+	var pending fsm.Pending
 	read := func() {
-		n.sm.read(func(f *fsm.FSM) { batch = f.RingAfter(latest, n.etcd.MaxBatch()) })
+		n.sm.read(func(f *fsm.FSM) { pending = f.RingAfter(latest, n.etcd.MaxBatch()) })
 	}
 	read()
-	if len(batch) > 0 && len(batch) < n.etcd.MaxBatch() && time.Since(lastWrite) <= 2*exportLinger {
-		n.linger(ctx, func() bool { read(); return len(batch) >= n.etcd.MaxBatch() })
+	if pending.Len() > 0 && pending.Len() < n.etcd.MaxBatch() && time.Since(lastWrite) <= 2*exportLinger {
+		n.linger(ctx, func() bool { read(); return pending.Len() >= n.etcd.MaxBatch() })
 	}
+	batch := pending.Entries() // outside the state's lock
 	values := n.etcd.FitBatch(batch) // within etcd's request size too
 	return batch[:len(values)], values
 }

@@ -81,7 +81,7 @@ func replayEntries(t *testing.T, dataDir string) []oplog.Entry {
 		}
 		seq := f.Stats().AppliedSeq
 		f.Apply(l.Data)
-		out = append(out, f.RingAfter(seq, 1<<30)...)
+		out = append(out, f.RingAfter(seq, 1<<30).Entries()...)
 	}
 	return out
 }

@@ -92,11 +92,12 @@ func (p *rawPrimary) apply(ctx context.Context, cmd fsm.Command) (fsm.Result, er
 	p.mu.Lock()
 	seq := p.f.Stats().AppliedSeq
 	r := p.f.ApplyCommand(cmd)
-	var es []oplog.Entry
+	var pending fsm.Pending
 	if p.store != nil && !p.async {
-		es = p.f.RingAfter(seq, 1<<30)
+		pending = p.f.RingAfter(seq, 1<<30)
 	}
 	p.mu.Unlock()
+	es := pending.Entries()
 	if p.async {
 		select {
 		case p.kick <- struct{}{}:
@@ -134,8 +135,9 @@ func (p *rawPrimary) writeLoop(ctx context.Context) {
 		}
 		for ctx.Err() == nil {
 			p.mu.RLock()
-			es := p.f.RingAfter(written, p.store.MaxBatch())
+			pending := p.f.RingAfter(written, p.store.MaxBatch())
 			p.mu.RUnlock()
+			es := pending.Entries()
 			if len(es) == 0 {
 				break
 			}

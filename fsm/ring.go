@@ -1,0 +1,72 @@
+package fsm
+
+import "github.com/moonraft/moonraft/oplog"
+
+// ringEntry is an OpLog entry as the export ring keeps it. A PUT_END made
+// here keeps its object (objects are never changed once in the tree) and
+// builds its payload and checksum only when read: every node keeps the
+// ring, but only the leader's exporter and snapshots read it.
+type ringEntry struct {
+	seq, keySeq uint64
+	tsMs        int64
+	op          oplog.OpType
+	src         oplog.Source
+	key         string
+	obj         *object      // a PUT_END made here: the payload is built from it
+	restored    *oplog.Entry // an entry restored from a snapshot, as it was
+}
+
+func (r *ringEntry) entry() oplog.Entry {
+	if r.restored != nil {
+		return *r.restored
+	}
+	var payload string
+	if r.obj != nil {
+		payload = oplog.EncodePutEndPayload(oplog.PutEndPayload{Size: r.obj.size, Replicas: r.obj.descriptors()})
+	}
+	return oplog.NewEntry(r.seq, r.tsMs, r.op, r.key, payload, r.keySeq, r.src)
+}
+
+// Pending is a run of OpLog entries not yet exported, oldest first. It
+// shares the ring's memory, so it is cheap to take under the state's lock;
+// Entries builds the entries and can run outside it.
+type Pending struct{ es []ringEntry }
+
+// Len is the number of entries.
+func (p Pending) Len() int { return len(p.es) }
+
+// Entries returns the entries, newly built.
+func (p Pending) Entries() []oplog.Entry {
+	out := make([]oplog.Entry, len(p.es))
+	for i := range p.es {
+		out[i] = p.es[i].entry()
+	}
+	return out
+}
+
+// Ring returns the OpLog entries not yet acknowledged as exported.
+func (f *FSM) Ring() Pending { return Pending{f.ring[:len(f.ring):len(f.ring)]} }
+
+// RingAfter returns up to max ring entries with seq > after.
+func (f *FSM) RingAfter(after uint64, max int) Pending {
+	r := f.ring
+	if len(r) == 0 || after >= r[len(r)-1].seq {
+		return Pending{}
+	}
+	if first := r[0].seq; after >= first {
+		r = r[after-first+1:]
+	}
+	if len(r) > max {
+		r = r[:max]
+	}
+	return Pending{r[:len(r):len(r)]}
+}
+
+// emit produces the next OpLog entry for key; a PUT_END's payload comes
+// from obj.
+func (f *FSM) emit(op oplog.OpType, key string, obj *object, keySeq uint64, src oplog.Source) {
+	f.appliedSeq++
+	if f.params.ExportRingCap > 0 {
+		f.ring = append(f.ring, ringEntry{seq: f.appliedSeq, keySeq: keySeq, tsMs: f.nowMs, op: op, src: src, key: key, obj: obj})
+	}
+}
