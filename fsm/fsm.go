@@ -247,7 +247,6 @@ func (f *FSM) exportFull() error {
 	return nil
 }
 
-
 func (f *FSM) getObject(key string) (*object, bool) {
 	it, ok := f.objects.Get(objItem{key: key})
 	return it.obj, ok

@@ -193,7 +193,6 @@ func (f *FSM) Lease(key string) (leaseMs, softPinMs int64, ok bool) {
 	return f.effectiveLease(o), softPinMs, true
 }
 
-
 // EachComplete calls fn for every object complete in the OpLog's view
 // (eachExported) with what an etcd follower knows of it: size,
 // key_sequence_id and the PUT_END payload. It seeds a follower from a

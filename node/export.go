@@ -144,7 +144,7 @@ func (n *Node) nextBatch(ctx context.Context, latest uint64, lastWrite time.Time
 	if pending.Len() > 0 && pending.Len() < n.etcd.MaxBatch() && time.Since(lastWrite) <= 2*exportLinger {
 		n.linger(ctx, func() bool { read(); return pending.Len() >= n.etcd.MaxBatch() })
 	}
-	batch := pending.Entries() // outside the state's lock
+	batch := pending.Entries()       // outside the state's lock
 	values := n.etcd.FitBatch(batch) // within etcd's request size too
 	return batch[:len(values)], values
 }
