@@ -10,9 +10,11 @@ FUZZ_TARGETS := \
 	./snapshots:FuzzReader \
 	./oplog:FuzzDecode \
 	./oplog:FuzzDecodePutEndPayload \
-	./oplog:FuzzFollowerApply
+	./oplog:FuzzFollowerApply \
+	./cororpc:FuzzReadRequest \
+	./structpack:FuzzUnmarshal
 
-.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen
+.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen mooncake-golden
 
 all: build
 
@@ -43,11 +45,17 @@ fuzz:
 		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg; \
 	done
 
+# Rewrite mooncakeapi/testdata/golden.txt from the real Mooncake master and
+# clients in ../shared/mooncake (or MOONCAKE_DIR), through a logging proxy.
+mooncake-golden:
+	$(GO) test -tags mooncakecapture -count=1 -run '^TestCaptureGolden$$' -v ./mooncakeapi/
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags failpoints ./node/
+	$(GO) vet -tags mooncakecapture ./mooncakeapi/
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$${BENCHTIME:-1x} ./fsm/ ./lease/ ./oplog/ ./snapshots/

@@ -1,0 +1,134 @@
+package cororpc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/moonraft/moonraft/structpack"
+)
+
+// Handler answers one call. It returns the struct_pack body of the
+// function's result, or a coro_rpc error code (not ErrcOK) and message.
+type Handler interface {
+	Call(ctx context.Context, functionID uint32, body []byte) (result []byte, errc Errc, msg string)
+}
+
+// Server serves coro_rpc connections: every request of a connection runs
+// at once in its own goroutine (up to MaxInFlight), and its answer is
+// written when it is ready, so a slow call does not hold back the ones
+// behind it.
+type Server struct {
+	Handler     Handler
+	Logger      *slog.Logger
+	MaxInFlight int // per connection; 0 means 256
+}
+
+// Serve accepts connections on l until ctx ends or l fails; it closes
+// them all before returning.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		<-ctx.Done()
+		l.Close()
+	}()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		wg.Go(func() { s.serveConn(ctx, c) })
+	}
+}
+
+func (s *Server) serveConn(ctx context.Context, c net.Conn) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		<-ctx.Done()
+		c.Close()
+	}()
+	limit := s.MaxInFlight
+	if limit <= 0 {
+		limit = 256
+	}
+	sem := make(chan struct{}, limit)
+	out := make(chan []byte, limit)
+	var calls sync.WaitGroup
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		w := bufio.NewWriter(c)
+		for frame := range out {
+			if _, err := w.Write(frame); err != nil {
+				cancel()
+				continue // drain: calls still finishing send here
+			}
+			if len(out) == 0 {
+				if err := w.Flush(); err != nil {
+					cancel()
+				}
+			}
+		}
+	}()
+	r := bufio.NewReader(c)
+	for {
+		req, err := ReadRequest(r)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
+				s.Logger.Warn("mooncake protocol: closing connection", "remote", c.RemoteAddr().String(), "error", err)
+			}
+			break
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		calls.Go(func() {
+			defer func() { <-sem }()
+			out <- s.answer(ctx, req)
+		})
+	}
+	calls.Wait()
+	close(out)
+	<-writerDone
+}
+
+// answer runs one call and frames its result or error.
+func (s *Server) answer(ctx context.Context, req Request) []byte {
+	h := RespHeader{Magic: Magic, Seq: req.Header.Seq}
+	var body []byte
+	if req.Header.SerializeType != 0 {
+		h.Errc = ErrcProtocolError
+		body = errorBody("unknown serialize type")
+	} else {
+		var errc Errc
+		var msg string
+		body, errc, msg = s.Handler.Call(ctx, req.Header.FunctionID, req.Body)
+		if errc != ErrcOK {
+			h.Errc = errc
+			body = errorBody(msg)
+		}
+	}
+	return AppendResponse(nil, Response{Header: h, Body: body})
+}
+
+// errorBody is what coro_rpc sends after an error code: the message,
+// struct_pack-encoded.
+func errorBody(msg string) []byte {
+	b, _ := structpack.Marshal(msg) // a string always encodes
+	return b
+}

@@ -1,0 +1,87 @@
+package cororpc
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/moonraft/moonraft/structpack"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// sleeper answers function 1 after the number of milliseconds in its body
+// and knows no other function.
+type sleeper struct{}
+
+func (sleeper) Call(ctx context.Context, id uint32, body []byte) ([]byte, Errc, string) {
+	if id != 1 {
+		return nil, ErrcFunctionNotRegistered, "the rpc function not registered"
+	}
+	select {
+	case <-time.After(time.Duration(binary.LittleEndian.Uint32(body)) * time.Millisecond):
+	case <-ctx.Done():
+	}
+	return body, ErrcOK, ""
+}
+
+func startServer(t *testing.T) net.Conn {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- (&Server{Handler: sleeper{}, Logger: slog.New(slog.DiscardHandler)}).Serve(ctx, l) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	c, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func call(seq, id, sleepMs uint32) []byte {
+	return AppendRequest(nil, Request{Header: ReqHeader{Seq: seq, FunctionID: id}, Body: binary.LittleEndian.AppendUint32(nil, sleepMs)})
+}
+
+func TestServerAnswersOutOfOrder(t *testing.T) {
+	c := startServer(t)
+	var frames []byte
+	frames = append(frames, call(1, 1, 300)...) // slow
+	frames = append(frames, call(2, 1, 0)...)
+	frames = append(frames, call(3, 9, 0)...) // unknown function
+	_, err := c.Write(frames)
+	require.NoError(t, err)
+	r := bufio.NewReader(c)
+	var seqs []uint32
+	for range 3 {
+		resp, err := ReadResponse(r)
+		require.NoError(t, err)
+		seqs = append(seqs, resp.Header.Seq)
+		switch resp.Header.Seq {
+		case 3:
+			assert.Equal(t, ErrcFunctionNotRegistered, resp.Header.Errc)
+			var msg string
+			require.NoError(t, structpack.Unmarshal(resp.Body, &msg))
+			assert.Equal(t, "the rpc function not registered", msg)
+		default:
+			assert.Equal(t, ErrcOK, resp.Header.Errc)
+		}
+	}
+	assert.Equal(t, uint32(1), seqs[2], "the slow call answers last, after the ones sent behind it")
+}
+
+func TestServerClosesOnProtocolError(t *testing.T) {
+	c := startServer(t)
+	_, err := c.Write(append([]byte{Magic + 1}, make([]byte, ReqHeaderLen-1)...))
+	require.NoError(t, err)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	_, err = c.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "a frame boundary cannot be found again: the connection closes")
+}

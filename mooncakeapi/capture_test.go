@@ -1,0 +1,193 @@
+//go:build mooncakecapture
+
+package mooncakeapi
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/moonraft/moonraft/cororpc"
+	"github.com/moonraft/moonraft/internal/freeport"
+	"github.com/stretchr/testify/require"
+)
+
+// mooncakeDir is where the real Mooncake build lives (MOONCAKE_DIR, or the
+// shared directory beside the repository).
+func mooncakeDir(t testing.TB) string {
+	if d := os.Getenv("MOONCAKE_DIR"); d != "" {
+		return d
+	}
+	d, err := filepath.Abs("../../shared/mooncake")
+	require.NoError(t, err)
+	return d
+}
+
+// recorder keeps, per function id, the first few request/response pairs
+// seen, matched by connection and sequence number.
+type recorder struct {
+	mu    sync.Mutex
+	keep  int
+	reqs  map[string]Request // "conn/seq" → request in flight
+	pairs map[uint32][][2][]byte
+}
+
+func (r *recorder) request(conn int, req Request) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reqs[fmt.Sprintf("%d/%d", conn, req.Header.Seq)] = req
+}
+
+func (r *recorder) response(conn int, resp Response) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := fmt.Sprintf("%d/%d", conn, resp.Header.Seq)
+	req, ok := r.reqs[k]
+	if !ok {
+		return
+	}
+	delete(r.reqs, k)
+	if len(r.pairs[req.Header.FunctionID]) < r.keep {
+		r.pairs[req.Header.FunctionID] = append(r.pairs[req.Header.FunctionID],
+			[2][]byte{AppendRequest(nil, req), AppendResponse(nil, resp)})
+	}
+}
+
+// proxy forwards connections from l to target, recording every frame.
+func proxy(ctx context.Context, t *testing.T, l net.Listener, target string, rec *recorder) {
+	var n int
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		n++
+		conn := n
+		go func() {
+			defer c.Close()
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				t.Errorf("proxy dial: %v", err)
+				return
+			}
+			defer s.Close()
+			go func() {
+				<-ctx.Done()
+				c.Close()
+				s.Close()
+			}()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				br := bufio.NewReader(s)
+				for {
+					resp, err := ReadResponse(br)
+					if err != nil {
+						c.Close()
+						return
+					}
+					rec.response(conn, resp)
+					if _, err := c.Write(AppendResponse(nil, resp)); err != nil {
+						return
+					}
+				}
+			}()
+			br := bufio.NewReader(c)
+			for {
+				req, err := ReadRequest(br)
+				if err != nil {
+					s.Close()
+					break
+				}
+				rec.request(conn, req)
+				if _, err := s.Write(AppendRequest(nil, req)); err != nil {
+					break
+				}
+			}
+			<-done
+		}()
+	}
+}
+
+// TestCaptureGolden records what the real Mooncake client and benchmark
+// exchange with the real master: the ground truth for every byte. Built
+// only with the mooncakecapture tag (`make mooncake-golden`): it rewrites
+// testdata/golden.txt and needs the real Mooncake build and its Debian
+// libraries.
+func TestCaptureGolden(t *testing.T) {
+	dir := mooncakeDir(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	masterAddr, err := freeport.Addr()
+	require.NoError(t, err)
+	metricsAddr, err := freeport.Addr()
+	require.NoError(t, err)
+	_, mport, _ := net.SplitHostPort(masterAddr)
+	_, metricsPort, _ := net.SplitHostPort(metricsAddr)
+	master := exec.CommandContext(ctx, filepath.Join(dir, "bin/mooncake_master"), "--rpc_port="+mport,
+		"--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1", "--metrics_port="+metricsPort, "--logtostderr")
+	master.Stderr = io.Discard
+	require.NoError(t, master.Start())
+	defer func() { _ = master.Process.Kill(); _ = master.Wait() }()
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", masterAddr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	rec := &recorder{keep: 2, reqs: map[string]Request{}, pairs: map[uint32][][2][]byte{}}
+	go proxy(ctx, t, l, masterAddr, rec)
+
+	run := func(name string, args ...string) {
+		cmd := exec.CommandContext(ctx, filepath.Join(dir, "bin", name), args...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s %v:\n%s", name, args, out)
+		t.Logf("%s %v: %s", name, args, lastLine(out))
+	}
+	run("store_c_smoke", l.Addr().String())
+	for _, op := range []string{"Put", "Get", "BatchPut", "BatchGet"} {
+		run("master_bench", "--master_server="+l.Addr().String(), "--operation="+op, "--duration=1",
+			"--num_clients=1", "--batch_size=2", "--num_segments=1")
+	}
+	time.Sleep(200 * time.Millisecond)
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var b strings.Builder
+	b.WriteString("# coro_rpc frames between the real Mooncake master and client (3b5a594 / yalantinglibs 7801bc9),\n")
+	b.WriteString("# written by `make mooncake-golden`: per function id, up to two request/response pairs.\n")
+	ids := make([]uint32, 0, len(rec.pairs))
+	for id := range rec.pairs {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		for _, p := range rec.pairs[id] {
+			fmt.Fprintf(&b, "req %08x %s\nresp %08x %s\n", id, hex.EncodeToString(p[0]), id, hex.EncodeToString(p[1]))
+		}
+	}
+	require.NoError(t, os.MkdirAll("testdata", 0o755))
+	require.NoError(t, os.WriteFile("testdata/golden.txt", []byte(b.String()), 0o644))
+	t.Logf("%d function ids recorded", len(ids))
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
+}

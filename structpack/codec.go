@@ -1,0 +1,551 @@
+package structpack
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+)
+
+// Metainfo bits (calculate_size.hpp): the width of container lengths, and
+// whether the type literal follows.
+const (
+	metaSizeShift   = 3
+	metaSizeMask    = 0b11000
+	metaTypeLiteral = 0b100
+	metaCompatible  = 0b11
+)
+
+// Marshal encodes v as this release's master and client do: hash with the
+// metainfo bit, metainfo, the literal and its NUL, then the value, with
+// container lengths one byte wide unless a container or string is longer
+// than 255.
+func Marshal(v any) ([]byte, error) {
+	rv := reflect.ValueOf(v)
+	l, err := layoutOf(rv.Type())
+	if err != nil {
+		return nil, err
+	}
+	width := lengthWidth(maxLen(rv))
+	meta := byte(metaTypeLiteral)
+	switch width {
+	case 2:
+		meta |= 1 << metaSizeShift
+	case 4:
+		meta |= 2 << metaSizeShift
+	case 8:
+		meta |= 3 << metaSizeShift
+	}
+	out := binary.LittleEndian.AppendUint32(make([]byte, 0, 64), Hash(l.literal)|1)
+	out = append(out, meta)
+	out = append(append(out, l.literal...), 0)
+	e := encoder{b: out, width: width}
+	if err := e.value(rv); err != nil {
+		return nil, err
+	}
+	return e.b, nil
+}
+
+func lengthWidth(n int) int {
+	switch {
+	case n < 1<<8:
+		return 1
+	case n < 1<<16:
+		return 2
+	case n < 1<<32:
+		return 4
+	}
+	return 8
+}
+
+// maxLen is the longest string or container in v: it decides the width of
+// every length (size_info.max_size).
+func maxLen(v reflect.Value) int {
+	t := v.Type()
+	switch {
+	case t == reflect.TypeFor[Void]():
+		return 0
+	case isVariant(t):
+		if vv := asVariant(v); vv.Value() != nil {
+			return maxLen(reflect.ValueOf(vv.Value()))
+		}
+		return 0
+	case isExpected(t):
+		if v.Field(1).Int() != 0 {
+			return 0
+		}
+		return maxLen(v.Field(0))
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return v.Len()
+	case reflect.Slice, reflect.Map:
+		n := v.Len()
+		if t.Kind() == reflect.Slice {
+			for i := range v.Len() {
+				n = max(n, maxLen(v.Index(i)))
+			}
+		} else {
+			it := v.MapRange()
+			for it.Next() {
+				n = max(n, maxLen(it.Key()), maxLen(it.Value()))
+			}
+		}
+		return n
+	case reflect.Array:
+		n := 0
+		for i := range v.Len() {
+			n = max(n, maxLen(v.Index(i)))
+		}
+		return n
+	case reflect.Pointer:
+		if v.IsNil() {
+			return 0
+		}
+		return maxLen(v.Elem())
+	case reflect.Struct:
+		n := 0
+		for i := range v.NumField() {
+			n = max(n, maxLen(v.Field(i)))
+		}
+		return n
+	}
+	return 0
+}
+
+type encoder struct {
+	b     []byte
+	width int
+}
+
+func (e *encoder) length(n int) {
+	switch e.width {
+	case 1:
+		e.b = append(e.b, byte(n))
+	case 2:
+		e.b = binary.LittleEndian.AppendUint16(e.b, uint16(n))
+	case 4:
+		e.b = binary.LittleEndian.AppendUint32(e.b, uint32(n))
+	default:
+		e.b = binary.LittleEndian.AppendUint64(e.b, uint64(n))
+	}
+}
+
+func (e *encoder) value(v reflect.Value) error {
+	t := v.Type()
+	switch {
+	case t == reflect.TypeFor[Void]():
+		return nil
+	case isVariant(t):
+		vv := asVariant(v)
+		if vv.Value() == nil {
+			return errors.New("structpack: a variant holds nothing")
+		}
+		e.b = append(e.b, byte(vv.Index()))
+		return e.value(reflect.ValueOf(vv.Value()))
+	case isExpected(t):
+		if code := v.Field(1).Int(); code != 0 {
+			e.b = append(e.b, 0)
+			e.b = binary.LittleEndian.AppendUint32(e.b, uint32(int32(code)))
+			return nil
+		}
+		e.b = append(e.b, 1)
+		return e.value(v.Field(0))
+	}
+	l, err := layoutOf(t)
+	if err != nil {
+		return err
+	}
+	if l.trivial {
+		start := len(e.b)
+		e.b = append(e.b, make([]byte, l.size)...)
+		putTrivial(e.b[start:], v)
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.String:
+		e.length(v.Len())
+		e.b = append(e.b, v.String()...)
+	case reflect.Slice:
+		e.length(v.Len())
+		for i := range v.Len() {
+			if err := e.value(v.Index(i)); err != nil {
+				return err
+			}
+		}
+	case reflect.Array:
+		for i := range v.Len() {
+			if err := e.value(v.Index(i)); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return compareKeys(a, b) })
+		e.length(len(keys))
+		for _, k := range keys {
+			if err := e.value(k); err != nil {
+				return err
+			}
+			if err := e.value(v.MapIndex(k)); err != nil {
+				return err
+			}
+		}
+	case reflect.Pointer:
+		if v.IsNil() {
+			e.b = append(e.b, 0)
+			return nil
+		}
+		e.b = append(e.b, 1)
+		return e.value(v.Elem())
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if err := e.value(v.Field(i)); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("structpack: cannot encode %v", t)
+	}
+	return nil
+}
+
+func compareKeys(a, b reflect.Value) int {
+	switch a.Kind() {
+	case reflect.String:
+		switch {
+		case a.String() < b.String():
+			return -1
+		case a.String() > b.String():
+			return 1
+		}
+		return 0
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return cmpOrdered(a.Int(), b.Int())
+	}
+	return cmpOrdered(a.Uint(), b.Uint())
+}
+
+func cmpOrdered[T int64 | uint64](a, b T) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// putTrivial writes v in its C layout into b (len(b) == its size; padding
+// stays zero).
+func putTrivial(b []byte, v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Bool:
+		if v.Bool() {
+			b[0] = 1
+		}
+	case reflect.Int8, reflect.Uint8:
+		b[0] = byte(intBits(v))
+	case reflect.Int16, reflect.Uint16:
+		binary.LittleEndian.PutUint16(b, uint16(intBits(v)))
+	case reflect.Int32, reflect.Uint32:
+		binary.LittleEndian.PutUint32(b, uint32(intBits(v)))
+	case reflect.Int64, reflect.Uint64:
+		binary.LittleEndian.PutUint64(b, intBits(v))
+	case reflect.Float32:
+		binary.LittleEndian.PutUint32(b, math.Float32bits(float32(v.Float())))
+	case reflect.Float64:
+		binary.LittleEndian.PutUint64(b, math.Float64bits(v.Float()))
+	case reflect.Array:
+		l, _ := layoutOf(v.Type().Elem())
+		for i := range v.Len() {
+			putTrivial(b[i*l.size:], v.Index(i))
+		}
+	case reflect.Struct:
+		off := 0
+		for i := range v.NumField() {
+			l, _ := layoutOf(v.Field(i).Type())
+			off = roundUp(off, l.align)
+			putTrivial(b[off:off+l.size], v.Field(i))
+			off += l.size
+		}
+	}
+}
+
+func intBits(v reflect.Value) uint64 {
+	switch v.Kind() {
+	case reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return uint64(v.Int())
+	}
+	return v.Uint()
+}
+
+// ErrMismatch is a message whose type hash or literal is not the one the
+// Go type stands for: the peer sent another type (another release, or
+// another function).
+var ErrMismatch = errors.New("structpack: type mismatch")
+
+// Unmarshal decodes b into *v, checking the type hash (and the literal,
+// when one is sent) against v's type. Malformed input is an error, never a
+// panic; trailing bytes are an error.
+func Unmarshal(b []byte, v any) error {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return errors.New("structpack: Unmarshal needs a non-nil pointer")
+	}
+	l, err := layoutOf(rv.Type().Elem())
+	if err != nil {
+		return err
+	}
+	if len(b) < 4 {
+		return fmt.Errorf("structpack: %d bytes, too short for the type hash", len(b))
+	}
+	head := binary.LittleEndian.Uint32(b)
+	if want := Hash(l.literal); head&^1 != want {
+		return fmt.Errorf("%w: type hash %#08x, %v is %#08x", ErrMismatch, head&^1, rv.Type().Elem(), want)
+	}
+	d := decoder{b: b[4:], width: 1}
+	if head&1 != 0 {
+		if len(d.b) < 1 {
+			return errors.New("structpack: metainfo byte missing")
+		}
+		meta := d.b[0]
+		d.b = d.b[1:]
+		if meta&metaCompatible != 0 {
+			return errors.New("structpack: compatible fields are not part of this protocol")
+		}
+		d.width = 1 << ((meta & metaSizeMask) >> metaSizeShift)
+		if meta&metaTypeLiteral != 0 {
+			n := len(l.literal)
+			if len(d.b) < n+1 || string(d.b[:n]) != string(l.literal) || d.b[n] != 0 {
+				return fmt.Errorf("%w: the type literal sent is not %v's", ErrMismatch, rv.Type().Elem())
+			}
+			d.b = d.b[n+1:]
+		}
+	}
+	if err := d.value(rv.Elem()); err != nil {
+		return err
+	}
+	if len(d.b) != 0 {
+		return fmt.Errorf("structpack: %d trailing bytes after %v", len(d.b), rv.Type().Elem())
+	}
+	return nil
+}
+
+type decoder struct {
+	b     []byte
+	width int
+}
+
+var errShort = errors.New("structpack: truncated message")
+
+func (d *decoder) take(n int) ([]byte, error) {
+	if n < 0 || n > len(d.b) {
+		return nil, errShort
+	}
+	p := d.b[:n]
+	d.b = d.b[n:]
+	return p, nil
+}
+
+func (d *decoder) length() (int, error) {
+	p, err := d.take(d.width)
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	switch d.width {
+	case 1:
+		n = uint64(p[0])
+	case 2:
+		n = uint64(binary.LittleEndian.Uint16(p))
+	case 4:
+		n = uint64(binary.LittleEndian.Uint32(p))
+	default:
+		n = binary.LittleEndian.Uint64(p)
+	}
+	if n > uint64(len(d.b)) { // every element takes at least a byte
+		return 0, fmt.Errorf("structpack: length %d but %d bytes remain", n, len(d.b))
+	}
+	return int(n), nil
+}
+
+func (d *decoder) flag() (bool, error) {
+	p, err := d.take(1)
+	if err != nil {
+		return false, err
+	}
+	switch p[0] {
+	case 0:
+		return false, nil
+	case 1:
+		return true, nil
+	}
+	return false, fmt.Errorf("structpack: boolean byte %d", p[0])
+}
+
+func (d *decoder) value(v reflect.Value) error {
+	t := v.Type()
+	switch {
+	case t == reflect.TypeFor[Void]():
+		return nil
+	case isVariant(t):
+		p, err := d.take(1)
+		if err != nil {
+			return err
+		}
+		vv := asVariant(v)
+		alts := vv.Alternatives()
+		if int(p[0]) >= len(alts) {
+			return fmt.Errorf("structpack: variant index %d of %d alternatives", p[0], len(alts))
+		}
+		alt := reflect.New(alts[p[0]]).Elem()
+		if err := d.value(alt); err != nil {
+			return err
+		}
+		vv.Set(int(p[0]), alt.Interface())
+		return nil
+	case isExpected(t):
+		ok, err := d.flag()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return d.value(v.Field(0))
+		}
+		p, err := d.take(4)
+		if err != nil {
+			return err
+		}
+		code := int32(binary.LittleEndian.Uint32(p))
+		if code == 0 {
+			return errors.New("structpack: an expected's error is 0")
+		}
+		v.Field(1).SetInt(int64(code))
+		return nil
+	}
+	l, err := layoutOf(t)
+	if err != nil {
+		return err
+	}
+	if l.trivial {
+		p, err := d.take(l.size)
+		if err != nil {
+			return err
+		}
+		return getTrivial(p, v)
+	}
+	switch t.Kind() {
+	case reflect.String:
+		n, err := d.length()
+		if err != nil {
+			return err
+		}
+		p, _ := d.take(n)
+		v.SetString(string(p))
+	case reflect.Slice:
+		n, err := d.length()
+		if err != nil {
+			return err
+		}
+		s := reflect.MakeSlice(t, n, n)
+		for i := range n {
+			if err := d.value(s.Index(i)); err != nil {
+				return err
+			}
+		}
+		v.Set(s)
+	case reflect.Array:
+		for i := range v.Len() {
+			if err := d.value(v.Index(i)); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		n, err := d.length()
+		if err != nil {
+			return err
+		}
+		m := reflect.MakeMapWithSize(t, n)
+		for range n {
+			k, e := reflect.New(t.Key()).Elem(), reflect.New(t.Elem()).Elem()
+			if err := d.value(k); err != nil {
+				return err
+			}
+			if err := d.value(e); err != nil {
+				return err
+			}
+			m.SetMapIndex(k, e)
+		}
+		v.Set(m)
+	case reflect.Pointer:
+		ok, err := d.flag()
+		if err != nil || !ok {
+			return err
+		}
+		p := reflect.New(t.Elem())
+		if err := d.value(p.Elem()); err != nil {
+			return err
+		}
+		v.Set(p)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if err := d.value(v.Field(i)); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("structpack: cannot decode %v", t)
+	}
+	return nil
+}
+
+func getTrivial(b []byte, v reflect.Value) error {
+	switch v.Kind() {
+	case reflect.Bool:
+		if b[0] > 1 {
+			return fmt.Errorf("structpack: boolean byte %d", b[0])
+		}
+		v.SetBool(b[0] == 1)
+	case reflect.Int8:
+		v.SetInt(int64(int8(b[0])))
+	case reflect.Uint8:
+		v.SetUint(uint64(b[0]))
+	case reflect.Int16:
+		v.SetInt(int64(int16(binary.LittleEndian.Uint16(b))))
+	case reflect.Uint16:
+		v.SetUint(uint64(binary.LittleEndian.Uint16(b)))
+	case reflect.Int32:
+		v.SetInt(int64(int32(binary.LittleEndian.Uint32(b))))
+	case reflect.Uint32:
+		v.SetUint(uint64(binary.LittleEndian.Uint32(b)))
+	case reflect.Int64:
+		v.SetInt(int64(binary.LittleEndian.Uint64(b)))
+	case reflect.Uint64:
+		v.SetUint(binary.LittleEndian.Uint64(b))
+	case reflect.Float32:
+		v.SetFloat(float64(math.Float32frombits(binary.LittleEndian.Uint32(b))))
+	case reflect.Float64:
+		v.SetFloat(math.Float64frombits(binary.LittleEndian.Uint64(b)))
+	case reflect.Array:
+		l, _ := layoutOf(v.Type().Elem())
+		for i := range v.Len() {
+			if err := getTrivial(b[i*l.size:], v.Index(i)); err != nil {
+				return err
+			}
+		}
+	case reflect.Struct:
+		off := 0
+		for i := range v.NumField() {
+			l, _ := layoutOf(v.Field(i).Type())
+			off = roundUp(off, l.align)
+			if err := getTrivial(b[off:off+l.size], v.Field(i)); err != nil {
+				return err
+			}
+			off += l.size
+		}
+	}
+	return nil
+}

@@ -1,0 +1,281 @@
+// Package structpack reads and writes yalantinglibs' struct_pack encoding
+// as the Mooncake master of release 0.3.12.post1 uses it (alibaba/
+// yalantinglibs 7801bc9, kvcache-ai/Mooncake 3b5a594): a 4-byte type hash,
+// a metainfo byte, the type literal (this release sends it), then the
+// fields, little-endian, with container lengths in the width the metainfo
+// names.
+//
+// Go types stand for C++ types: bool, the sized integers, float32/64,
+// string (std::string), slices (std::vector), pointers (std::optional),
+// maps (std::unordered_map, written in key order), structs (field by
+// field; one implementing Trivial is copied as its C layout), Expected[T] (tl::expected<T, ErrorCode>), Void (the void of
+// tl::expected<void, …>) and Variant (std::variant). The type literal and
+// the hash are computed from the Go type, so a type that does not match
+// the peer's is refused by its hash, as struct_pack refuses it.
+package structpack
+
+import (
+	"crypto/md5"
+	"encoding/binary"
+	"fmt"
+	"reflect"
+	"sync"
+)
+
+// type_id of type_calculate.hpp.
+const (
+	idInt32     = 1
+	idUint32    = 2
+	idInt64     = 3
+	idUint64    = 4
+	idInt8      = 5
+	idUint8     = 6
+	idInt16     = 7
+	idUint16    = 8
+	idBool      = 11
+	idChar      = 12
+	idFloat32   = 17
+	idFloat64   = 18
+	idString    = 128
+	idArray     = 129
+	idMap       = 130
+	idContainer = 132
+	idOptional  = 133
+	idVariant   = 134
+	idExpected  = 135
+	idMonostate = 250
+	idStruct    = 253
+	idEnd       = 255
+)
+
+// Void is the value type of tl::expected<void, E>: nothing on the wire.
+type Void struct{}
+
+// ErrorCode is the error type of every tl::expected in the Mooncake API
+// (an enum of int32).
+type ErrorCode int32
+
+// Expected is tl::expected<T, ErrorCode>: a value, or an error code.
+type Expected[T any] struct {
+	Value T
+	Err   ErrorCode // 0: has a value
+}
+
+// OK returns an Expected holding v.
+func OK[T any](v T) Expected[T] { return Expected[T]{Value: v} }
+
+// Fail returns an Expected holding the error code e (non-zero).
+func Fail[T any](e ErrorCode) Expected[T] { return Expected[T]{Err: e} }
+
+// expected lets the codec reach an Expected[T] of any T.
+type expected interface {
+	expectedValue() (reflect.Value, ErrorCode)
+}
+
+func (e Expected[T]) expectedValue() (reflect.Value, ErrorCode) {
+	return reflect.ValueOf(e.Value), e.Err
+}
+
+var expectedType = reflect.TypeFor[expected]()
+
+// Variant is implemented (on the pointer) by the Go types that stand for a
+// std::variant: Alternatives lists the types of its alternatives in order,
+// Index says which one a value holds and Value returns it; Set makes the
+// variant hold v (of alternative i).
+type Variant interface {
+	Alternatives() []reflect.Type
+	Index() int
+	Value() any
+	Set(i int, v any)
+}
+
+var variantType = reflect.TypeFor[Variant]()
+
+// Trivial is implemented by the Go structs that stand for a C++ aggregate
+// struct_pack copies as its C layout, padding included (std::pair of
+// numbers, plain structs of numbers). Other structs (those with YLT_REFL,
+// std::tuple) go field by field, and are what a struct is by default.
+type Trivial interface{ StructPackTrivial() }
+
+var trivialType = reflect.TypeFor[Trivial]()
+
+// kind of a Go type as struct_pack sees it.
+func isExpected(t reflect.Type) bool {
+	return t.Kind() == reflect.Struct && t.Implements(expectedType) && t.NumField() == 2 && t.Field(1).Name == "Err"
+}
+
+func isVariant(t reflect.Type) bool { return reflect.PointerTo(t).Implements(variantType) }
+
+// asVariant returns v (whose pointer implements Variant) as a Variant.
+func asVariant(v reflect.Value) Variant {
+	if v.CanAddr() {
+		return v.Addr().Interface().(Variant)
+	}
+	p := reflect.New(v.Type())
+	p.Elem().Set(v)
+	return p.Interface().(Variant)
+}
+
+// layout is what the codec knows of a type: its literal and, for a type
+// copied as its C layout, its size and alignment.
+type layout struct {
+	literal []byte
+	trivial bool // fixed size: copied as its C layout
+	size    int
+	align   int
+}
+
+var layouts sync.Map // reflect.Type → *layout
+
+func layoutOf(t reflect.Type) (*layout, error) {
+	if l, ok := layouts.Load(t); ok {
+		return l.(*layout), nil
+	}
+	l, err := computeLayout(t, nil)
+	if err != nil {
+		return nil, err
+	}
+	layouts.Store(t, l)
+	return l, nil
+}
+
+func fixed(id byte, size int) *layout {
+	return &layout{literal: []byte{id}, trivial: true, size: size, align: size}
+}
+
+func computeLayout(t reflect.Type, parents []reflect.Type) (*layout, error) {
+	for _, p := range parents {
+		if p == t {
+			return nil, fmt.Errorf("structpack: recursive type %v", t)
+		}
+	}
+	switch {
+	case t == reflect.TypeFor[Void]():
+		return &layout{literal: []byte{idMonostate}}, nil
+	case isVariant(t):
+		lit := []byte{idVariant}
+		alts := reflect.New(t).Interface().(Variant).Alternatives()
+		for _, a := range alts {
+			al, err := computeLayout(a, append(parents, t))
+			if err != nil {
+				return nil, err
+			}
+			lit = append(lit, al.literal...)
+		}
+		return &layout{literal: append(lit, idEnd)}, nil
+	case isExpected(t):
+		vl, err := computeLayout(t.Field(0).Type, append(parents, t))
+		if err != nil {
+			return nil, err
+		}
+		return &layout{literal: append(append([]byte{idExpected}, vl.literal...), idInt32)}, nil
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return fixed(idBool, 1), nil
+	case reflect.Int8:
+		return fixed(idInt8, 1), nil
+	case reflect.Uint8:
+		return fixed(idUint8, 1), nil
+	case reflect.Int16:
+		return fixed(idInt16, 2), nil
+	case reflect.Uint16:
+		return fixed(idUint16, 2), nil
+	case reflect.Int32:
+		return fixed(idInt32, 4), nil
+	case reflect.Uint32:
+		return fixed(idUint32, 4), nil
+	case reflect.Int64:
+		return fixed(idInt64, 8), nil
+	case reflect.Uint64:
+		return fixed(idUint64, 8), nil
+	case reflect.Float32:
+		return fixed(idFloat32, 4), nil
+	case reflect.Float64:
+		return fixed(idFloat64, 8), nil
+	case reflect.String:
+		return &layout{literal: []byte{idString, idChar}}, nil
+	case reflect.Slice, reflect.Pointer, reflect.Array:
+		el, err := computeLayout(t.Elem(), append(parents, t))
+		if err != nil {
+			return nil, err
+		}
+		switch t.Kind() {
+		case reflect.Slice:
+			return &layout{literal: append([]byte{idContainer}, el.literal...)}, nil
+		case reflect.Pointer:
+			return &layout{literal: append([]byte{idOptional}, el.literal...)}, nil
+		}
+		l := &layout{literal: append(append([]byte{idArray}, el.literal...), sizeLiteral(t.Len())...)}
+		if el.trivial {
+			l.trivial, l.size, l.align = true, el.size*t.Len(), el.align
+		}
+		return l, nil
+	case reflect.Map:
+		kl, err := computeLayout(t.Key(), append(parents, t))
+		if err != nil {
+			return nil, err
+		}
+		vl, err := computeLayout(t.Elem(), append(parents, t))
+		if err != nil {
+			return nil, err
+		}
+		return &layout{literal: append(append([]byte{idMap}, kl.literal...), vl.literal...)}, nil
+	case reflect.Struct:
+		lit := []byte{idStruct}
+		trivial, off, align := true, 0, 1
+		for i := range t.NumField() {
+			fl, err := computeLayout(t.Field(i).Type, append(parents, t))
+			if err != nil {
+				return nil, err
+			}
+			lit = append(lit, fl.literal...)
+			if !fl.trivial {
+				trivial = false
+				continue
+			}
+			off = roundUp(off, fl.align) + fl.size
+			align = max(align, fl.align)
+		}
+		l := &layout{literal: lit}
+		if trivial && t.NumField() > 0 && t.Implements(trivialType) {
+			l.trivial, l.size, l.align = true, roundUp(off, align), align
+			l.literal = append(append(l.literal, sizeLiteral(align)...), sizeLiteral(align)...)
+		}
+		l.literal = append(l.literal, idEnd)
+		return l, nil
+	}
+	return nil, fmt.Errorf("structpack: no C++ counterpart for Go type %v", t)
+}
+
+func roundUp(n, a int) int { return (n + a - 1) / a * a }
+
+// sizeLiteral is get_size_literal: base 127, low digits first, the last
+// digit marked by +129.
+func sizeLiteral(n int) []byte {
+	var out []byte
+	for n >= 127 {
+		out = append(out, byte(n%127+1))
+		n /= 127
+	}
+	return append(out, byte(n+129))
+}
+
+// Literal returns the type literal struct_pack computes for the C++ type
+// that t stands for (the root of a message: a struct's literal, or, for
+// the arguments of a call, see ArgsLiteral).
+func Literal(t reflect.Type) ([]byte, error) {
+	l, err := layoutOf(t)
+	if err != nil {
+		return nil, err
+	}
+	return l.literal, nil
+}
+
+// Hash is the 32-bit type code of a literal: the first four bytes of its
+// MD5, big-endian, with the low bit cleared (the bit says whether a
+// metainfo byte follows).
+func Hash(literal []byte) uint32 {
+	h := md5.Sum(literal)
+	return binary.BigEndian.Uint32(h[:4]) &^ 1
+}
