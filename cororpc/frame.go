@@ -37,6 +37,7 @@ type Errc uint8
 const (
 	ErrcOK                    Errc = 0
 	ErrcInvalidArguments      Errc = 4
+	ErrcRPCThrowException     Errc = 10
 	ErrcFunctionNotRegistered Errc = 11
 	ErrcProtocolError         Errc = 12
 	ErrcUnknownVersion        Errc = 13

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"sync"
 
@@ -18,13 +17,20 @@ type Handler interface {
 	Call(ctx context.Context, functionID uint32, body []byte) (result []byte, errc Errc, msg string)
 }
 
+// Logger is what the server logs through (hclog's and slog's loggers both
+// are one).
+type Logger interface {
+	Warn(msg string, args ...any)
+	Error(msg string, args ...any)
+}
+
 // Server serves coro_rpc connections: every request of a connection runs
 // at once in its own goroutine (up to MaxInFlight), and its answer is
 // written when it is ready, so a slow call does not hold back the ones
 // behind it.
 type Server struct {
 	Handler     Handler
-	Logger      *slog.Logger
+	Logger      Logger
 	MaxInFlight int // per connection; 0 means 256
 }
 

@@ -34,6 +34,9 @@ type dec struct {
 	// error messages; they are joined only on failure, as decoding is on
 	// every node's apply path.
 	kind, name string
+	// transport: segment specs carry their transport fields (the entry's
+	// command type says so).
+	transport bool
 }
 
 func (d *dec) fail(format string, args ...any) {

@@ -29,6 +29,12 @@ const (
 	CmdUpsertStart     CmdType = 14
 	CmdGracefulUnmount CmdType = 15
 	CmdDrainSegments   CmdType = 16
+	// MountSegment and RemountSegments whose segments carry a transfer
+	// engine endpoint (the Mooncake protocol's segments): their own types,
+	// so a node of an earlier release halts on them rather than reading
+	// the fields it does not know as others.
+	CmdMountSegmentTransport    CmdType = 17
+	CmdRemountSegmentsTransport CmdType = 18
 
 	// IgnoreUnknownFlag marks a command an older node may skip if it does
 	// not know the type (Consul's pattern, for rolling upgrades): a newer
@@ -50,7 +56,14 @@ type SegmentSpec struct {
 	Name string
 	Base uint64
 	Size uint64
+	// Where a Mooncake client's transfer engine serves the segment ("ip:port")
+	// and over what ("tcp", "rdma"): the descriptors of the Mooncake protocol
+	// carry them. Empty for gRPC clients.
+	Endpoint string
+	Protocol string
 }
+
+func (s *SegmentSpec) hasTransport() bool { return s.Endpoint != "" || s.Protocol != "" }
 
 // MountSegment adds a segment and attaches it to the client's session,
 // creating the session if needed. Mounting the same segment again is a no-op.
@@ -189,9 +202,21 @@ type DrainSegments struct {
 	NowMs int64
 }
 
-func (*MountSegment) Type() CmdType    { return CmdMountSegment }
-func (*UnmountSegment) Type() CmdType  { return CmdUnmountSegment }
-func (*RemountSegments) Type() CmdType { return CmdRemountSegments }
+func (c *MountSegment) Type() CmdType {
+	if c.Segment.hasTransport() {
+		return CmdMountSegmentTransport
+	}
+	return CmdMountSegment
+}
+func (*UnmountSegment) Type() CmdType { return CmdUnmountSegment }
+func (c *RemountSegments) Type() CmdType {
+	for i := range c.Segments {
+		if c.Segments[i].hasTransport() {
+			return CmdRemountSegmentsTransport
+		}
+	}
+	return CmdRemountSegments
+}
 func (*PutStart) Type() CmdType        { return CmdPutStart }
 func (*PutEnd) Type() CmdType          { return CmdPutEnd }
 func (*PutRevoke) Type() CmdType       { return CmdPutRevoke }
@@ -206,25 +231,40 @@ func (*UpsertStart) Type() CmdType     { return CmdUpsertStart }
 func (*GracefulUnmount) Type() CmdType { return CmdGracefulUnmount }
 func (*DrainSegments) Type() CmdType   { return CmdDrainSegments }
 
-func (s *SegmentSpec) encode(e *enc) {
+// encode writes the spec; the transport fields only with transport (the
+// command types that carry them, and snapshot records of segments that
+// have them).
+func (s *SegmentSpec) encode(e *enc, transport bool) {
 	e.str(s.ID)
 	e.str(s.Name)
 	e.u64(s.Base)
 	e.u64(s.Size)
+	if transport {
+		e.str(s.Endpoint)
+		e.str(s.Protocol)
+	}
 }
 
-func (s *SegmentSpec) decode(d *dec) {
+func (s *SegmentSpec) decode(d *dec, transport bool) {
 	s.ID = d.str()
 	s.Name = d.str()
 	s.Base = d.u64()
 	s.Size = d.u64()
+	if transport {
+		s.Endpoint = d.str()
+		s.Protocol = d.str()
+	}
 }
 
-func (c *MountSegment) encode(e *enc) { e.i64(c.NowMs); e.str(c.ClientID); c.Segment.encode(e) }
+func (c *MountSegment) encode(e *enc) {
+	e.i64(c.NowMs)
+	e.str(c.ClientID)
+	c.Segment.encode(e, c.Segment.hasTransport())
+}
 func (c *MountSegment) decode(d *dec) {
 	c.NowMs = d.i64()
 	c.ClientID = d.str()
-	c.Segment.decode(d)
+	c.Segment.decode(d, d.transport)
 }
 
 func (c *UnmountSegment) encode(e *enc) { e.i64(c.NowMs); e.str(c.ClientID); e.str(c.SegmentID) }
@@ -238,8 +278,9 @@ func (c *RemountSegments) encode(e *enc) {
 	e.i64(c.NowMs)
 	e.str(c.ClientID)
 	e.u64(uint64(len(c.Segments)))
+	transport := c.Type() == CmdRemountSegmentsTransport
 	for i := range c.Segments {
-		c.Segments[i].encode(e)
+		c.Segments[i].encode(e, transport)
 	}
 }
 
@@ -248,7 +289,7 @@ func (c *RemountSegments) decode(d *dec) {
 	c.ClientID = d.str()
 	c.Segments = make([]SegmentSpec, d.count(4))
 	for i := range c.Segments {
-		c.Segments[i].decode(d)
+		c.Segments[i].decode(d, d.transport)
 	}
 }
 
@@ -418,11 +459,11 @@ func (c *Batch) decode(d *dec) {
 // build does not know.
 func newCommand(t CmdType) Command {
 	switch t {
-	case CmdMountSegment:
+	case CmdMountSegment, CmdMountSegmentTransport:
 		return &MountSegment{}
 	case CmdUnmountSegment:
 		return &UnmountSegment{}
-	case CmdRemountSegments:
+	case CmdRemountSegments, CmdRemountSegmentsTransport:
 		return &RemountSegments{}
 	case CmdPutStart:
 		return &PutStart{}
@@ -477,7 +518,8 @@ func Decode(b []byte) (Command, error) {
 		return nil, errcode.New(errcode.InvalidVersion,
 			"command: unknown type %d; the leader may run a newer moonraft than this node: upgrade it", t)
 	}
-	d := dec{b: b[1:], kind: "command", name: t.String()}
+	d := dec{b: b[1:], kind: "command", name: t.String(),
+		transport: t == CmdMountSegmentTransport || t == CmdRemountSegmentsTransport}
 	c.decode(&d)
 	if err := d.done(); err != nil {
 		return nil, err
@@ -486,22 +528,24 @@ func Decode(b []byte) (Command, error) {
 }
 
 var cmdNames = [...]string{
-	CmdMountSegment:    "MountSegment",
-	CmdUnmountSegment:  "UnmountSegment",
-	CmdRemountSegments: "RemountSegments",
-	CmdPutStart:        "PutStart",
-	CmdPutEnd:          "PutEnd",
-	CmdPutRevoke:       "PutRevoke",
-	CmdRemove:          "Remove",
-	CmdRemoveByRegex:   "RemoveByRegex",
-	CmdRemoveAll:       "RemoveAll",
-	CmdTick:            "Tick",
-	CmdPromote:         "Promote",
-	CmdExported:        "Exported",
-	CmdBatch:           "Batch",
-	CmdUpsertStart:     "UpsertStart",
-	CmdGracefulUnmount: "GracefulUnmount",
-	CmdDrainSegments:   "DrainSegments",
+	CmdMountSegment:             "MountSegment",
+	CmdUnmountSegment:           "UnmountSegment",
+	CmdRemountSegments:          "RemountSegments",
+	CmdPutStart:                 "PutStart",
+	CmdPutEnd:                   "PutEnd",
+	CmdPutRevoke:                "PutRevoke",
+	CmdRemove:                   "Remove",
+	CmdRemoveByRegex:            "RemoveByRegex",
+	CmdRemoveAll:                "RemoveAll",
+	CmdTick:                     "Tick",
+	CmdPromote:                  "Promote",
+	CmdExported:                 "Exported",
+	CmdBatch:                    "Batch",
+	CmdUpsertStart:              "UpsertStart",
+	CmdGracefulUnmount:          "GracefulUnmount",
+	CmdDrainSegments:            "DrainSegments",
+	CmdMountSegmentTransport:    "MountSegment",
+	CmdRemountSegmentsTransport: "RemountSegments",
 }
 
 func (t CmdType) String() string {

@@ -39,6 +39,7 @@ func (s ReplicaStatus) String() string {
 type segment struct {
 	id, name, clientID string
 	base, size         uint64
+	endpoint, protocol string // the transfer engine's, for Mooncake clients
 	alloc              *allocator
 	// draining: a graceful unmount is under way; no new allocations, and
 	// DrainSegments unmounts it once idle or at drainUntilMs.

@@ -475,6 +475,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		&MountSegment{NowMs: 1, ClientID: "c", Segment: SegmentSpec{ID: "s", Name: "n", Base: 5, Size: 6}},
 		&UnmountSegment{NowMs: 2, ClientID: "c", SegmentID: "s"},
 		&RemountSegments{NowMs: 3, ClientID: "c", Segments: []SegmentSpec{{ID: "s", Name: "n", Base: 1, Size: 2}}},
+		&MountSegment{NowMs: 1, ClientID: "c", Segment: SegmentSpec{ID: "s", Name: "n", Base: 5, Size: 6, Endpoint: "10.0.0.1:15000", Protocol: "tcp"}},
+		&RemountSegments{NowMs: 3, ClientID: "c", Segments: []SegmentSpec{{ID: "s", Name: "n", Base: 1, Size: 2}, {ID: "t", Name: "m", Base: 3, Size: 2, Endpoint: "e", Protocol: "rdma"}}},
 		&PutStart{NowMs: 4, Key: "k", SliceLengths: []uint64{1, 2}, ReplicaNum: 2, SoftPin: true, PreferredSegment: "n", ClientID: "c"},
 		&PutEnd{NowMs: 5, Key: "k", ClientID: "c"},
 		&PutRevoke{NowMs: 6, Key: "k", ClientID: "c"},
@@ -557,3 +559,26 @@ type rawEntry struct{ b []byte }
 func (r *rawEntry) Type() CmdType { return CmdType(r.b[0]) }
 func (r *rawEntry) encode(e *enc) { e.b = append(e.b[:0], r.b...) }
 func (r *rawEntry) decode(*dec)   {}
+
+// TestSegmentTransportTypes: a segment with a transfer-engine endpoint goes
+// in a command type of its own, so a node of an earlier release halts on it;
+// without one, the bytes are those of the earlier release.
+func TestSegmentTransportTypes(t *testing.T) {
+	plain := SegmentSpec{ID: "s", Name: "n", Base: 5, Size: 6}
+	withTE := plain
+	withTE.Endpoint, withTE.Protocol = "10.0.0.1:15000", "tcp"
+	assert.Equal(t, CmdMountSegment, (&MountSegment{Segment: plain}).Type())
+	assert.Equal(t, CmdMountSegmentTransport, (&MountSegment{Segment: withTE}).Type())
+	assert.Equal(t, CmdRemountSegmentsTransport, (&RemountSegments{Segments: []SegmentSpec{plain, withTE}}).Type())
+
+	x := newH(t)
+	require.NoError(t, x.f.Apply(Encode(&MountSegment{NowMs: 1, ClientID: "c", Segment: withTE})).Err)
+	assert.Equal(t, "10.0.0.1:15000", x.f.Segments()[0].Endpoint)
+	other := withTE
+	other.Endpoint = "10.0.0.2:15000"
+	assert.Equal(t, errcode.SegmentAlreadyExists, errcode.Of(x.f.Apply(Encode(&MountSegment{NowMs: 2, ClientID: "c", Segment: other})).Err),
+		"the same segment from another endpoint is another segment")
+	long := withTE
+	long.ID, long.Name, long.Base, long.Endpoint = "s2", "n2", 100, strings.Repeat("e", MaxIDLen+1)
+	assert.Equal(t, errcode.InvalidParams, errcode.Of(x.f.Apply(Encode(&MountSegment{NowMs: 3, ClientID: "c", Segment: long})).Err))
+}

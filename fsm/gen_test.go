@@ -56,12 +56,16 @@ func (g *gen) key() string {
 
 func (g *gen) segSpec(client string) SegmentSpec {
 	i := g.r.IntN(4)
-	return SegmentSpec{
+	s := SegmentSpec{
 		ID:   fmt.Sprintf("%s-s%d", client, i),
 		Name: fmt.Sprintf("%s-seg%d", client, i),
 		Base: uint64(i) << 32,
 		Size: uint64(1+g.r.IntN(64)) << 10,
 	}
+	if i%2 == 1 { // a Mooncake client's segment
+		s.Endpoint, s.Protocol = fmt.Sprintf("10.0.0.%d:15000", i), "tcp"
+	}
+	return s
 }
 
 // next returns the next command, looking at f (the state the command will

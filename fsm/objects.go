@@ -149,7 +149,8 @@ func (o *object) descriptors() []oplog.ReplicaDesc {
 	for i, r := range o.replicas {
 		bs := make([]oplog.BufferDesc, len(r.buffers))
 		for j, b := range r.buffers {
-			bs[j] = oplog.BufferDesc{SegmentID: b.seg.id, SegmentName: b.seg.name, Address: b.seg.base + b.offset, Size: b.length}
+			bs[j] = oplog.BufferDesc{SegmentID: b.seg.id, SegmentName: b.seg.name, Address: b.seg.base + b.offset, Size: b.length,
+				Endpoint: b.seg.endpoint, Protocol: b.seg.protocol}
 		}
 		out[i] = oplog.ReplicaDesc{Status: r.status.String(), Buffers: bs}
 	}

@@ -133,6 +133,7 @@ func (f *FSM) Stats() Stats {
 type SegmentInfo struct {
 	ID, Name, ClientID string
 	Base, Size         uint64
+	Endpoint, Protocol string // a Mooncake client's transfer engine
 	Used               uint64 // bytes allocated to buffers (PROCESSING or COMPLETE)
 }
 
@@ -146,7 +147,8 @@ func (f *FSM) Segments() []SegmentInfo {
 }
 
 func segmentInfo(s *segment) SegmentInfo {
-	return SegmentInfo{ID: s.id, Name: s.name, ClientID: s.clientID, Base: s.base, Size: s.size, Used: s.size - s.alloc.free}
+	return SegmentInfo{ID: s.id, Name: s.name, ClientID: s.clientID, Base: s.base, Size: s.size,
+		Endpoint: s.endpoint, Protocol: s.protocol, Used: s.size - s.alloc.free}
 }
 
 // Params returns the parameters in force.

@@ -23,6 +23,9 @@ func validateSegment(s *SegmentSpec) error {
 	if s.Base+s.Size < s.Base {
 		return errcode.New(errcode.InvalidParams, "segment %q: base %#x + size %d overflows the address space", s.ID, s.Base, s.Size)
 	}
+	if len(s.Endpoint) > MaxIDLen || len(s.Protocol) > MaxIDLen || !utf8.ValidString(s.Endpoint) || !utf8.ValidString(s.Protocol) {
+		return errcode.New(errcode.InvalidParams, "segment %q: endpoint and protocol must be at most %d bytes of UTF-8", s.ID, MaxIDLen)
+	}
 	return nil
 }
 
@@ -31,7 +34,7 @@ func overlaps(a, b *SegmentSpec) bool {
 }
 
 func (s *segment) spec() SegmentSpec {
-	return SegmentSpec{ID: s.id, Name: s.name, Base: s.base, Size: s.size}
+	return SegmentSpec{ID: s.id, Name: s.name, Base: s.base, Size: s.size, Endpoint: s.endpoint, Protocol: s.protocol}
 }
 
 // checkMount reports whether client may mount spec: a new segment whose id
@@ -45,7 +48,7 @@ func (f *FSM) checkMount(clientID string, spec *SegmentSpec, others []SegmentSpe
 	if s, ok := f.segments[spec.ID]; ok {
 		if s.clientID != clientID || s.spec() != *spec {
 			return false, errcode.New(errcode.SegmentAlreadyExists,
-				"segment %q is already mounted by client %q with a different name or range", spec.ID, s.clientID)
+				"segment %q is already mounted by client %q with a different name, range or endpoint", spec.ID, s.clientID)
 		}
 		return true, nil
 	}
@@ -82,7 +85,8 @@ func (f *FSM) touchSession(clientID string) *session {
 }
 
 func (f *FSM) addSegment(sess *session, spec SegmentSpec) {
-	s := &segment{id: spec.ID, name: spec.Name, clientID: sess.clientID, base: spec.Base, size: spec.Size, alloc: newAllocator(spec.Size)}
+	s := &segment{id: spec.ID, name: spec.Name, clientID: sess.clientID, base: spec.Base, size: spec.Size,
+		endpoint: spec.Endpoint, protocol: spec.Protocol, alloc: newAllocator(spec.Size)}
 	f.insertSegment(sess, s)
 }
 

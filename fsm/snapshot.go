@@ -163,7 +163,7 @@ func (s *Snapshot) writeSections(w *snapshots.Writer) error {
 		for _, sg := range s.segments {
 			e.str(sg.clientID)
 			spec := sg.spec()
-			spec.encode(&e)
+			spec.encode(&e, spec.hasTransport()) // without: the earlier format, byte for byte
 			if err := rec(); err != nil {
 				return err
 			}
@@ -405,7 +405,10 @@ func (rs *restorer) meta(d *dec) error {
 func (rs *restorer) segment(d *dec) error {
 	clientID := d.str()
 	var spec SegmentSpec
-	spec.decode(d)
+	spec.decode(d, false)
+	if len(d.b) > 0 { // a segment with a transport endpoint
+		spec.Endpoint, spec.Protocol = d.str(), d.str()
+	}
 	if d.err != nil {
 		return d.err
 	}
@@ -421,7 +424,8 @@ func (rs *restorer) segment(d *dec) error {
 	if _, dup := rs.f.segNames[spec.Name]; dup {
 		return corrupt("segment name %q used twice", spec.Name)
 	}
-	s := &segment{id: spec.ID, name: spec.Name, clientID: clientID, base: spec.Base, size: spec.Size}
+	s := &segment{id: spec.ID, name: spec.Name, clientID: clientID, base: spec.Base, size: spec.Size,
+		endpoint: spec.Endpoint, protocol: spec.Protocol}
 	rs.segs = append(rs.segs, s)
 	rs.f.segNames[s.name] = s // names are checked here; the rest is wired in finish
 	return nil

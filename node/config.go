@@ -42,14 +42,17 @@ func ParsePeers(s string) ([]Peer, error) {
 
 // Config is everything one node needs.
 type Config struct {
-	ID        string
-	DataDir   string
-	RaftAddr  string // host:port to listen on and advertise for Raft
-	GRPCAddr  string // clients' address: served by Start, advertised in Promote for NOT_LEADER answers
-	HTTPAddr  string // health and status over HTTP; empty for none
-	Pprof     bool   // also serve Go's profiler at /debug/pprof/ on HTTPAddr
-	Join      string // gRPC address of a member to join through when the data dir is empty
-	ClusterID string
+	ID       string
+	DataDir  string
+	RaftAddr string // host:port to listen on and advertise for Raft
+	GRPCAddr string // clients' address: served by Start, advertised in Promote for NOT_LEADER answers
+	HTTPAddr string // health and status over HTTP; empty for none
+	// MooncakeAddr serves the Mooncake master's own protocol (coro_rpc,
+	// release 0.3.12.post1) for unmodified Mooncake clients; empty for none.
+	MooncakeAddr string
+	Pprof        bool   // also serve Go's profiler at /debug/pprof/ on HTTPAddr
+	Join         string // gRPC address of a member to join through when the data dir is empty
+	ClusterID    string
 
 	Bootstrap bool   // form a new cluster from Peers if DataDir holds no Raft state
 	Peers     []Peer // identical on every bootstrapping node

@@ -54,6 +54,8 @@ type Node struct {
 
 	grpc *grpc.Server
 	http *http.Server
+	// stopMooncake ends the Mooncake protocol server (nil: not serving).
+	stopMooncake context.CancelFunc
 
 	serverTLS, clientTLS *tls.Config // nil: plaintext
 	metrics              *nodeMetrics

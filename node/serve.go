@@ -9,7 +9,9 @@ import (
 	"net/http/pprof"
 	"time"
 
+	"github.com/moonraft/moonraft/cororpc"
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/mooncakeapi"
 	"github.com/moonraft/moonraft/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -58,6 +60,22 @@ func (n *Node) serve() error {
 			}
 		}()
 	}
+	if n.cfg.MooncakeAddr != "" {
+		l, err := net.Listen("tcp", n.cfg.MooncakeAddr)
+		if err != nil {
+			return errcode.New(errcode.InvalidParams, "mooncake address %s: %v", n.cfg.MooncakeAddr, err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		n.stopMooncake = cancel
+		srv := &cororpc.Server{Handler: mooncakeapi.NewHandler(n, n.log, uint64(n.cfg.Params.LeaseTTLMs)), Logger: n.log}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := srv.Serve(ctx, l); err != nil {
+				n.log.Error("mooncake protocol server stopped", "error", err)
+			}
+		}()
+	}
 	if n.cfg.HTTPAddr != "" {
 		l, err := net.Listen("tcp", n.cfg.HTTPAddr)
 		if err != nil {
@@ -84,6 +102,9 @@ func (n *Node) serve() error {
 
 // stopServers ends the API servers; in-flight calls get a short grace.
 func (n *Node) stopServers() {
+	if n.stopMooncake != nil {
+		n.stopMooncake()
+	}
 	if n.grpc != nil {
 		done := make(chan struct{})
 		go func() {

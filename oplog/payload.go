@@ -18,6 +18,11 @@ type BufferDesc struct {
 	SegmentName string `json:"segment_name"`
 	Address     uint64 `json:"buffer_address"` // segment base + offset, what a client uses for RDMA/TCP
 	Size        uint64 `json:"size"`
+	// The segment's transfer-engine endpoint and protocol, for the
+	// descriptors of the Mooncake protocol: answers only, never in the
+	// OpLog (a follower resolves them from its own segments).
+	Endpoint string `json:"-"`
+	Protocol string `json:"-"`
 }
 
 // ReplicaDesc is one replica of an object.

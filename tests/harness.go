@@ -38,6 +38,7 @@ func Binaries(t testing.TB, dir string) (moonraft, moonctl string) {
 type Proc struct {
 	child.Proc
 	ID, GRPCAddr, RaftAddr string
+	MooncakeAddr           string // the Mooncake protocol (--mooncake-addr)
 }
 
 // Cluster is n moonraft processes bootstrapped together.
@@ -59,14 +60,14 @@ func StartCluster(t testing.TB, bin, dir string, n int, extra ...string) *Cluste
 	c := &Cluster{t: t}
 	var peers []string
 	for i := 0; i < n; i++ {
-		p := &Proc{ID: fmt.Sprintf("n%d", i), GRPCAddr: freePort(t), RaftAddr: freePort(t),
+		p := &Proc{ID: fmt.Sprintf("n%d", i), GRPCAddr: freePort(t), RaftAddr: freePort(t), MooncakeAddr: freePort(t),
 			Proc: child.Proc{Bin: bin, LogPath: filepath.Join(dir, fmt.Sprintf("n%d.log", i))}}
 		c.Procs = append(c.Procs, p)
 		peers = append(peers, p.ID+"="+p.RaftAddr)
 	}
 	for _, p := range c.Procs {
 		p.Args = append([]string{"--id", p.ID, "--data-dir", filepath.Join(dir, p.ID),
-			"--raft-addr", p.RaftAddr, "--grpc-addr", p.GRPCAddr,
+			"--raft-addr", p.RaftAddr, "--grpc-addr", p.GRPCAddr, "--mooncake-addr", p.MooncakeAddr,
 			"--bootstrap", "--peers", strings.Join(peers, ","), "--log-level", "warn"}, extra...)
 		c.Start(p)
 	}

@@ -72,6 +72,7 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	fs.StringVar(&cfg.RaftAddr, "raft-addr", "127.0.0.1:7200", "host:port for Raft traffic, advertised to peers")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:7100", "host:port for clients (gRPC)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", "", "host:port for /metrics, /healthz, /readyz and /status (empty: off)")
+	fs.StringVar(&cfg.MooncakeAddr, "mooncake-addr", "", "host:port for unmodified Mooncake clients: the Mooncake master's own protocol (coro_rpc, release 0.3.12.post1; Mooncake's default port is 50051; empty: off)")
 	fs.BoolVar(&cfg.Bootstrap, "bootstrap", false, "form a new cluster from --peers if the data dir is empty")
 	peers := fs.String("peers", "", "initial members id=raft-addr,... (identical on every bootstrapping node)")
 	raftDial := fs.String("raft-dial", "", "id=host:port,...: dial these peers at these addresses instead of their advertised ones (NAT, proxies)")

@@ -90,6 +90,9 @@ func devMode(cfg *node.Config) (func(), error) {
 	cfg.Etcd.Endpoints = e.Endpoints()
 	fmt.Printf("==> moonraft dev mode: one node and an embedded etcd, data in %s (removed on exit)\n", dir)
 	fmt.Printf("    gRPC: %s\n    Raft: %s\n    etcd: %s\n", cfg.GRPCAddr, cfg.RaftAddr, strings.Join(e.Endpoints(), ","))
+	if cfg.MooncakeAddr != "" {
+		fmt.Printf("    Mooncake clients: %s\n", cfg.MooncakeAddr)
+	}
 	fmt.Printf("    try:  bin/moonctl --endpoints %s status\n", cfg.GRPCAddr)
 	return func() {
 		e.Close()

@@ -1,0 +1,211 @@
+package mooncakeapi
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	"github.com/moonraft/moonraft/cororpc"
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/oplog"
+	"github.com/moonraft/moonraft/structpack"
+	"github.com/moonraft/moonraft/transport"
+)
+
+// StoreVersion is what ServiceReady answers. A Mooncake client compares it
+// with its own version and refuses a master that differs
+// (master_client.cpp): this release's clients say "2.0.0".
+const StoreVersion = "2.0.0"
+
+// DefaultTenant is the only tenant moonraft serves: it has one key space.
+const DefaultTenant = "default"
+
+// Handler serves the Mooncake master's functions on a backend, the same
+// one moonraft's gRPC API uses: each call maps onto the FSM command of its
+// gRPC twin.
+type Handler struct {
+	b       transport.Backend
+	log     cororpc.Logger
+	leaseMs uint64
+	table   map[uint32]method
+}
+
+type method func(ctx context.Context, body []byte) ([]byte, cororpc.Errc, string)
+
+// NewHandler returns a handler for b; leaseTTLMs is what GetReplicaList
+// reports as lease_ttl_ms.
+func NewHandler(b transport.Backend, log cororpc.Logger, leaseTTLMs uint64) *Handler {
+	h := &Handler{b: b, log: log, leaseMs: leaseTTLMs, table: map[uint32]method{}}
+	h.register()
+	return h
+}
+
+// Call implements cororpc.Handler.
+func (h *Handler) Call(ctx context.Context, id uint32, body []byte) ([]byte, cororpc.Errc, string) {
+	m, ok := h.table[id]
+	if !ok {
+		h.log.Warn("mooncake protocol: call of a function this release does not serve", "function_id", fmt.Sprintf("%08x", id))
+		return nil, cororpc.ErrcFunctionNotRegistered, "the rpc function not registered"
+	}
+	return m(ctx, body)
+}
+
+// serve registers f as the function name, after checking its Go types are
+// the ones the protocol table says.
+func serve[A, R any](h *Handler, name string, f func(ctx context.Context, a A) R) {
+	fn := Functions[FunctionID(name)]
+	args := reflect.TypeFor[A]()
+	if fn.Name != name || fn.Result != reflect.TypeFor[R]() || (fn.Args != args && !(fn.Args == nil && args == reflect.TypeFor[Void]())) {
+		panic("mooncakeapi: " + name + " served with types other than its table entry") // a programming error, caught by every test
+	}
+	h.table[fn.ID] = func(ctx context.Context, body []byte) ([]byte, cororpc.Errc, string) {
+		var a A
+		if fn.Args != nil {
+			if err := structpack.Unmarshal(body, &a); err != nil {
+				h.log.Warn("mooncake protocol: undecodable arguments", "function", name, "error", err)
+				return nil, cororpc.ErrcInvalidArguments, "invalid rpc arg"
+			}
+		} else if len(body) != 0 {
+			return nil, cororpc.ErrcInvalidArguments, "invalid rpc arg"
+		}
+		out, err := structpack.Marshal(f(ctx, a))
+		if err != nil {
+			h.log.Error("mooncake protocol: unencodable result", "function", name, "error", err)
+			return nil, cororpc.ErrcRPCThrowException, err.Error()
+		}
+		return out, cororpc.ErrcOK, ""
+	}
+}
+
+// ID strings: moonraft's client and segment ids for Mooncake's UUIDs.
+func idOf(u UUID) string { return fmt.Sprintf("%016x-%016x", u.First, u.Second) }
+
+// codeOf is the Mooncake error code for err. moonraft's own codes, which a
+// Mooncake client does not know, become the nearest of Mooncake's.
+func codeOf(err error) structpack.ErrorCode {
+	switch c := errcode.Of(err); c {
+	case errcode.NotLeader, errcode.TooManyRequests:
+		return structpack.ErrorCode(errcode.UnavailableInCurrentStatus)
+	case errcode.OutcomeUnknown:
+		return structpack.ErrorCode(errcode.InternalError)
+	case errcode.PermissionDenied:
+		return structpack.ErrorCode(errcode.IllegalClient)
+	default:
+		return structpack.ErrorCode(c)
+	}
+}
+
+func fail[T any](err error) Expected[T] { return structpack.Fail[T](codeOf(err)) }
+
+func tenantErr(tenant string) error {
+	if tenant == "" || tenant == DefaultTenant {
+		return nil
+	}
+	return errcode.New(errcode.InvalidParams, "tenant %q: moonraft serves the default tenant only", tenant)
+}
+
+// done turns a proposal's outcome into an Expected[Void].
+func done(r fsm.Result, err error) Expected[Void] {
+	if err == nil {
+		err = r.Err
+	}
+	if err != nil {
+		return fail[Void](err)
+	}
+	return Expected[Void]{}
+}
+
+// replicasOf converts moonraft's descriptors: a Mooncake memory replica is
+// one buffer, so an object written in several slices (through gRPC) cannot
+// be described to a Mooncake client.
+func replicasOf(rs []oplog.ReplicaDesc) ([]ReplicaDescriptor, error) {
+	out := make([]ReplicaDescriptor, len(rs))
+	for i, r := range rs {
+		if len(r.Buffers) != 1 {
+			return nil, errcode.New(errcode.InvalidRead, "the object is in %d slices; a Mooncake client reads objects of one", len(r.Buffers))
+		}
+		b := r.Buffers[0]
+		status := ReplicaComplete
+		if r.Status != "COMPLETE" {
+			status = ReplicaProcessing
+		}
+		out[i] = ReplicaDescriptor{ID: uint64(i + 1), Status: status,
+			Descriptor: Memory(BufferDescriptor{Size: b.Size, BufferAddress: b.Address, Protocol: b.Protocol, TransportEndpoint: b.Endpoint})}
+	}
+	return out, nil
+}
+
+func expectedReplicas(rs []oplog.ReplicaDesc, err error) Expected[[]ReplicaDescriptor] {
+	if err != nil {
+		return fail[[]ReplicaDescriptor](err)
+	}
+	out, err := replicasOf(rs)
+	if err != nil {
+		return fail[[]ReplicaDescriptor](err)
+	}
+	return structpack.OK(out)
+}
+
+func (h *Handler) segment(s Segment) fsm.SegmentSpec {
+	return fsm.SegmentSpec{ID: idOf(s.ID), Name: s.Name, Base: s.Base, Size: s.Size, Endpoint: s.TEEndpoint, Protocol: s.Protocol}
+}
+
+func (h *Handler) putStart(a PutStartArgs) fsm.PutStart {
+	pref := a.Config.PreferredSegment
+	if pref == "" && len(a.Config.PreferredSegments) > 0 {
+		pref = a.Config.PreferredSegments[0]
+	}
+	return fsm.PutStart{NowMs: h.b.Now(), Key: a.Key, SliceLengths: []uint64{a.SliceLength}, ReplicaNum: uint32(min(a.Config.ReplicaNum, fsm.MaxReplicas+1)),
+		SoftPin: a.Config.SoftPinAction == softPinEnable, PreferredSegment: pref, ClientID: idOf(a.ClientID)}
+}
+
+// softPinEnable is SoftPinAction::ENABLE (replica.h).
+const softPinEnable = 1
+
+func errInvalid(format string, args ...any) error {
+	return errcode.New(errcode.InvalidParams, format, args...)
+}
+
+// batch proposes cmds as one entry, after the tenant check.
+func (h *Handler) batch(ctx context.Context, tenant string, cmds []fsm.Command) ([]fsm.Result, error) {
+	if err := tenantErr(tenant); err != nil {
+		return nil, err
+	}
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	return h.b.ProposeBatch(ctx, cmds)
+}
+
+// voids proposes cmds as one entry and answers each.
+func (h *Handler) voids(ctx context.Context, tenant string, cmds []fsm.Command) []Expected[Void] {
+	rs, err := h.batch(ctx, tenant, cmds)
+	out := make([]Expected[Void], len(cmds))
+	for i := range out {
+		if err != nil {
+			out[i] = fail[Void](err)
+			continue
+		}
+		out[i] = done(rs[i], nil)
+	}
+	return out
+}
+
+func (h *Handler) batchRead(ctx context.Context, a KeysArgs, read func(context.Context, []string) ([]fsm.KeyRead, error)) ([]fsm.KeyRead, error) {
+	if err := tenantErr(a.TenantID); err != nil {
+		return nil, err
+	}
+	return read(ctx, a.Keys)
+}
+
+func (h *Handler) replicaList(rs []oplog.ReplicaDesc, err error) Expected[GetReplicaListResponse] {
+	if err != nil {
+		return fail[GetReplicaListResponse](err)
+	}
+	out, err := replicasOf(rs)
+	if err != nil {
+		return fail[GetReplicaListResponse](err)
+	}
+	return structpack.OK(GetReplicaListResponse{Replicas: out, LeaseTTLMs: h.leaseMs})
+}
