@@ -1,0 +1,136 @@
+package node
+
+import (
+	"bufio"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/moonraft/moonraft/cororpc"
+	"github.com/moonraft/moonraft/errcode"
+	mc "github.com/moonraft/moonraft/mooncakeapi"
+	"github.com/moonraft/moonraft/structpack"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// mcConn is a Mooncake-protocol client for tests: one call at a time.
+type mcConn struct {
+	t   *testing.T
+	c   net.Conn
+	r   *bufio.Reader
+	seq uint32
+}
+
+func dialMooncake(t *testing.T, addr string) *mcConn {
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return &mcConn{t: t, c: c, r: bufio.NewReader(c)}
+}
+
+// raw sends a call with the given id and body and returns the answer.
+func (m *mcConn) raw(id uint32, body []byte) cororpc.Response {
+	m.seq++
+	require.NoError(m.t, m.c.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err := m.c.Write(cororpc.AppendRequest(nil, cororpc.Request{Header: cororpc.ReqHeader{Seq: m.seq, FunctionID: id}, Body: body}))
+	require.NoError(m.t, err)
+	resp, err := cororpc.ReadResponse(m.r)
+	require.NoError(m.t, err)
+	require.Equal(m.t, m.seq, resp.Header.Seq)
+	return resp
+}
+
+// mcCall calls the Mooncake function name with args (nil: none) and
+// decodes its result.
+func mcCall[R any](m *mcConn, name string, args any) R {
+	var body []byte
+	if args != nil {
+		var err error
+		body, err = structpack.Marshal(args)
+		require.NoError(m.t, err)
+	}
+	resp := m.raw(mc.FunctionID(name), body)
+	require.Equal(m.t, cororpc.ErrcOK, resp.Header.Errc, name)
+	var r R
+	require.NoError(m.t, structpack.Unmarshal(resp.Body, &r), name)
+	return r
+}
+
+func withMooncake(t testing.TB) func(*Config) {
+	return func(cfg *Config) { cfg.MooncakeAddr = freeAddr(t) }
+}
+
+func codeIs[T any](t *testing.T, want errcode.Code, e structpack.Expected[T], msg string) {
+	t.Helper()
+	assert.Equal(t, structpack.ErrorCode(want), e.Err, msg)
+}
+
+// TestMooncakeProtocol: every kind of call a Mooncake client session
+// makes, through the leader's Mooncake address, with their error answers.
+func TestMooncakeProtocol(t *testing.T) {
+	c := newCluster(t, 3, 100*time.Millisecond, withMooncake(t))
+	li := c.leader()
+	m := dialMooncake(t, c.cfgs[li].MooncakeAddr)
+	client := mc.UUID{First: 1, Second: 2}
+	seg := mc.Segment{ID: mc.UUID{First: 3, Second: 4}, Name: "host-a:12000", Base: 1 << 40, Size: 64 << 20, TEEndpoint: "127.0.0.1:15000", Protocol: "tcp"}
+	one := mc.ReplicateConfig{ReplicaNum: 1}
+
+	assert.Equal(t, structpack.OK(mc.StoreVersion), mcCall[structpack.Expected[string]](m, "ServiceReady", nil))
+	ping := mcCall[structpack.Expected[mc.PingResponse]](m, "Ping", client)
+	assert.Equal(t, mc.ClientNeedRemount, ping.Value.ClientStatus, "an unknown client is told to remount")
+	assert.Zero(t, mcCall[structpack.Expected[mc.Void]](m, "MountSegment", mc.MountArgs{Segment: seg, ClientID: client}).Err)
+	assert.Zero(t, mcCall[structpack.Expected[mc.Void]](m, "MountSegment", mc.MountArgs{Segment: seg, ClientID: client}).Err, "mounting again is a no-op")
+	moved := seg
+	moved.TEEndpoint = "127.0.0.1:15001"
+	codeIs(t, errcode.SegmentAlreadyExists, mcCall[structpack.Expected[mc.Void]](m, "MountSegment", mc.MountArgs{Segment: moved, ClientID: client}), "same id, other endpoint")
+	ping = mcCall[structpack.Expected[mc.PingResponse]](m, "Ping", client)
+	assert.Equal(t, mc.ClientOK, ping.Value.ClientStatus)
+	assert.Positive(t, ping.Value.ViewVersionID, "the term the leader was promoted in")
+
+	put := mcCall[structpack.Expected[[]mc.ReplicaDescriptor]](m, "PutStart", mc.PutStartArgs{ClientID: client, Key: "k", SliceLength: 4096, Config: one, TenantID: "default"})
+	require.Zero(t, put.Err)
+	require.Len(t, put.Value, 1)
+	buf := put.Value[0].Descriptor.Value().(mc.MemoryDescriptor).Buffer
+	assert.Equal(t, mc.BufferDescriptor{Size: 4096, BufferAddress: seg.Base, Protocol: "tcp", TransportEndpoint: "127.0.0.1:15000"}, buf,
+		"the transfer engine finds the buffer at the segment's endpoint")
+	assert.Equal(t, mc.ReplicaProcessing, put.Value[0].Status)
+	codeIs(t, errcode.ReplicaIsNotReady, mcCall[structpack.Expected[mc.GetReplicaListResponse]](m, "GetReplicaList", mc.KeyArgs{Key: "k", TenantID: "default"}), "not readable while written")
+	codeIs(t, errcode.IllegalClient, mcCall[structpack.Expected[mc.Void]](m, "PutEnd", mc.PutEndArgs{ClientID: mc.UUID{First: 9}, Meta: mc.ObjectMeta{Key: "k"}, TenantID: "default"}), "another client's put")
+	assert.Zero(t, mcCall[structpack.Expected[mc.Void]](m, "PutEnd", mc.PutEndArgs{ClientID: client, Meta: mc.ObjectMeta{Key: "k"}, TenantID: "default"}).Err)
+	got := mcCall[structpack.Expected[mc.GetReplicaListResponse]](m, "GetReplicaList", mc.KeyArgs{Key: "k", TenantID: "default"})
+	require.Zero(t, got.Err)
+	assert.Equal(t, mc.ReplicaComplete, got.Value.Replicas[0].Status)
+	assert.Equal(t, uint64(c.cfgs[li].Params.LeaseTTLMs), got.Value.LeaseTTLMs)
+	assert.Equal(t, structpack.OK(true), mcCall[structpack.Expected[bool]](m, "ExistKey", mc.KeyArgs{Key: "k", TenantID: "default"}))
+	codeIs(t, errcode.InvalidParams, mcCall[structpack.Expected[bool]](m, "ExistKey", mc.KeyArgs{Key: "k", TenantID: "other"}), "one tenant only")
+
+	batch := mcCall[[]structpack.Expected[[]mc.ReplicaDescriptor]](m, "BatchPutStart", mc.BatchPutStartArgs{ClientID: client, Keys: []string{"a", "k"}, SliceLengths: []uint64{10, 10}, Config: one, TenantID: "default"})
+	require.Len(t, batch, 2)
+	assert.Zero(t, batch[0].Err)
+	codeIs(t, errcode.ObjectAlreadyExists, batch[1], "a key of the batch that exists")
+	ends := mcCall[[]structpack.Expected[mc.Void]](m, "BatchPutEnd", mc.BatchPutEndArgs{ClientID: client, Metas: []mc.ObjectMeta{{Key: "a"}, {Key: "nope"}}, TenantID: "default"})
+	assert.Zero(t, ends[0].Err)
+	codeIs(t, errcode.ObjectNotFound, ends[1], "PutEnd of a key never started")
+	mismatched := mcCall[[]structpack.Expected[[]mc.ReplicaDescriptor]](m, "BatchPutStart", mc.BatchPutStartArgs{ClientID: client, Keys: []string{"x", "y"}, SliceLengths: []uint64{10}, Config: one})
+	codeIs(t, errcode.InvalidParams, mismatched[1], "as many slice lengths as keys")
+	reads := mcCall[[]structpack.Expected[mc.GetReplicaListResponse]](m, "BatchGetReplicaList", mc.KeysArgs{Keys: []string{"a", "gone"}, TenantID: "default"})
+	assert.Zero(t, reads[0].Err)
+	codeIs(t, errcode.ObjectNotFound, reads[1], "a key that does not exist")
+	removed := mcCall[[]structpack.Expected[mc.Void]](m, "BatchRemove", mc.BatchRemoveArgs{Keys: []string{"a", "k"}, Force: true, TenantID: "default"})
+	assert.Equal(t, []structpack.Expected[mc.Void]{{}, {}}, removed)
+	assert.Equal(t, structpack.OK(false), mcCall[structpack.Expected[bool]](m, "ExistKey", mc.KeyArgs{Key: "k", TenantID: "default"}))
+	assert.Zero(t, mcCall[structpack.Expected[mc.Void]](m, "UnmountSegment", mc.UnmountArgs{SegmentID: seg.ID, ClientID: client}).Err)
+
+	unknown := m.raw(0x12345678, nil)
+	assert.Equal(t, cororpc.ErrcFunctionNotRegistered, unknown.Header.Errc, "a function this release does not have")
+	garbled := m.raw(mc.FunctionID("ExistKey"), []byte{1, 2, 3})
+	assert.Equal(t, cororpc.ErrcInvalidArguments, garbled.Header.Errc)
+	var msg string
+	require.NoError(t, structpack.Unmarshal(garbled.Body, &msg))
+	assert.Equal(t, "invalid rpc arg", msg)
+
+	f := dialMooncake(t, c.cfgs[(li+1)%3].MooncakeAddr)
+	codeIs(t, errcode.UnavailableInCurrentStatus, mcCall[structpack.Expected[[]mc.ReplicaDescriptor]](f, "PutStart", mc.PutStartArgs{ClientID: client, Key: "f", SliceLength: 1, Config: one}),
+		"a follower does not serve writes")
+}
