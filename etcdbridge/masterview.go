@@ -3,6 +3,8 @@ package etcdbridge
 import (
 	"context"
 	"encoding/json"
+	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -70,4 +72,86 @@ func (s *Store) PublishMasterView(ctx context.Context, v MasterView) error {
 			return nil
 		}
 	}
+}
+
+// MooncakeViewTTL is the etcd lease of the Mooncake-format view, as
+// Mooncake's own masters hold it (DEFAULT_MASTER_VIEW_LEASE_TTL_SEC).
+const MooncakeViewTTL = 5 * time.Second
+
+// PublishMooncakeView writes addr, the leader's Mooncake-protocol address,
+// at {prefix}/{cluster}/master_view in Mooncake's format (the bare
+// host:port, on an etcd lease of MooncakeViewTTL), where Mooncake's HA
+// clients watch for their master. It is fenced by v: the put happens only
+// while etcd holds v as moonraft's view (a deposed leader cannot write).
+// It returns the lease, which the caller keeps alive while it leads and
+// revokes when it stops.
+func (s *Store) PublishMooncakeView(ctx context.Context, v MasterView, addr string) (clientv3.LeaseID, error) {
+	val, _ := json.Marshal(v)
+	lease, err := s.c.Grant(ctx, int64(MooncakeViewTTL/time.Second))
+	if err != nil {
+		return 0, opErr(err, "master_view: grant a lease")
+	}
+	resp, err := s.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(s.viewKey), "=", string(val))).
+		Then(clientv3.OpPut(s.mcViewKey, addr, clientv3.WithLease(lease.ID))).
+		Commit()
+	if err != nil || !resp.Succeeded {
+		_, _ = s.c.Revoke(context.WithoutCancel(ctx), lease.ID)
+	}
+	if err != nil {
+		return 0, opErr(err, "master_view: publish %s for term %d", addr, v.Term)
+	}
+	if !resp.Succeeded {
+		return 0, errcode.New(errcode.EtcdTransactionFail,
+			"master_view: moonraft's view no longer names %s of term %d: a newer leader was elected", v.LeaderID, v.Term)
+	}
+	return lease.ID, nil
+}
+
+// KeepMooncakeView keeps lease alive until ctx ends, then revokes it so
+// Mooncake clients stop seeing this node at once; it returns early if etcd
+// lets the lease lapse.
+func (s *Store) KeepMooncakeView(ctx context.Context, lease clientv3.LeaseID) {
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_, _ = s.c.Revoke(rctx, lease)
+	}()
+	ch, err := s.c.KeepAlive(ctx, lease)
+	if err != nil {
+		return
+	}
+	for range ch { // closed when ctx ends or the lease is lost
+	}
+}
+
+// MooncakeView returns the Mooncake-format view: the address Mooncake's
+// clients would use, and whether there is one.
+func (s *Store) MooncakeView(ctx context.Context) (string, bool, error) {
+	resp, err := s.c.Get(ctx, s.mcViewKey)
+	if err != nil {
+		return "", false, opErr(err, "master_view: read %s", s.mcViewKey)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", false, nil
+	}
+	return string(resp.Kvs[0].Value), true, nil
+}
+
+// DropLegacyView deletes what a release before the Mooncake protocol left
+// at master_view: its JSON view, which a Mooncake client would take for an
+// address. A Mooncake-format value is left alone.
+func (s *Store) DropLegacyView(ctx context.Context) error {
+	addr, ok, err := s.MooncakeView(ctx)
+	if err != nil || !ok || !strings.HasPrefix(addr, "{") {
+		return err
+	}
+	_, err = s.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(s.mcViewKey), "=", addr)).
+		Then(clientv3.OpDelete(s.mcViewKey)).
+		Commit()
+	if err != nil {
+		return opErr(err, "master_view: delete the JSON view of an earlier release")
+	}
+	return nil
 }

@@ -77,7 +77,7 @@ func TestMasterView(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, v3, got)
 
-	resp, err := s.Client().Get(ctx, s.Config().Prefix+"/mooncake_cluster/master_view")
+	resp, err := s.Client().Get(ctx, s.Config().Prefix+"/mooncake_cluster/moonraft_view")
 	require.NoError(t, err)
 	require.JSONEq(t, `{"leader_id":"n3","grpc_addr":"g3","raft_addr":"r3","term":3}`, string(resp.Kvs[0].Value))
 
@@ -181,4 +181,44 @@ func TestOpenUnreachable(t *testing.T) {
 	requireCode(t, err, errcode.EtcdOperationError)
 	require.Contains(t, err.Error(), url)
 	require.Less(t, time.Since(start), 10*time.Second)
+}
+
+// TestMooncakeView: the leader's Mooncake address at master_view in
+// Mooncake's format, on a lease, fenced by moonraft's own view; the JSON an
+// earlier release left there is removed.
+func TestMooncakeView(t *testing.T) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	key := s.Config().Prefix + "/mooncake_cluster/master_view"
+	_, err := s.Client().Put(ctx, key, `{"leader_id":"old","grpc_addr":"g","raft_addr":"r","term":1}`)
+	require.NoError(t, err)
+	require.NoError(t, s.DropLegacyView(ctx))
+	_, ok, err := s.MooncakeView(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "an earlier release's JSON view is gone")
+
+	v2 := MasterView{LeaderID: "n2", Term: 2}
+	require.NoError(t, s.PublishMasterView(ctx, v2))
+	lease, err := s.PublishMooncakeView(ctx, v2, "10.0.0.2:50051")
+	require.NoError(t, err)
+	addr, ok, err := s.MooncakeView(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "10.0.0.2:50051", addr, "the bare host:port, as Mooncake's clients read it")
+	require.NoError(t, s.DropLegacyView(ctx))
+	_, ok, _ = s.MooncakeView(ctx)
+	require.True(t, ok, "a Mooncake-format view stays")
+
+	require.NoError(t, s.PublishMasterView(ctx, MasterView{LeaderID: "n3", Term: 3}))
+	_, err = s.PublishMooncakeView(ctx, v2, "10.0.0.2:50051")
+	requireCode(t, err, errcode.EtcdTransactionFail)
+
+	kctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.KeepMooncakeView(kctx, lease); close(done) }()
+	stop()
+	<-done
+	_, ok, err = s.MooncakeView(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "a leader that stops leading revokes its view at once")
 }

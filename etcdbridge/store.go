@@ -11,7 +11,8 @@
 //	{prefix}/oplog/{cluster}/latest                           largest exported seq, decimal
 //	{prefix}/oplog/{cluster}/snapshot/{id}/sequence_id        seq a Raft snapshot covers, decimal
 //	{prefix}/lease_renewals/{cluster}/{RenewalKeyHash(key)}   oplog.Renewal JSON, on a 60 s etcd lease
-//	{prefix}/{cluster}/master_view                            MasterView JSON
+//	{prefix}/{cluster}/moonraft_view                          MasterView JSON (moonraft's own)
+//	{prefix}/{cluster}/master_view                            the leader's Mooncake address, bare host:port on an etcd lease (Mooncake's format)
 //
 // latest and snapshot/ share the entries' directory, so entries are always
 // read, watched and deleted through the key range that starts at seq 1 and
@@ -104,6 +105,7 @@ type Store struct {
 	latestKey  string
 	renewalDir string // {prefix}/lease_renewals/{cluster}/
 	viewKey    string
+	mcViewKey  string
 
 	stats storeStats
 }
@@ -204,7 +206,8 @@ func New(c *clientv3.Client, cfg Config) *Store {
 		entryEnd:   dir + ":", // ':' follows '9': the range holds every key that starts with a digit
 		latestKey:  dir + "latest",
 		renewalDir: cfg.Prefix + "/lease_renewals/" + cfg.ClusterID + "/",
-		viewKey:    cfg.Prefix + "/" + cfg.ClusterID + "/master_view",
+		viewKey:    cfg.Prefix + "/" + cfg.ClusterID + "/moonraft_view",
+		mcViewKey:  cfg.Prefix + "/" + cfg.ClusterID + "/master_view",
 	}
 }
 

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/lease"
@@ -41,6 +44,7 @@ func (n *Node) publishMasterView(ctx context.Context) {
 		cancel()
 		n.metrics.observeEtcd("master_view", start, err)
 		if err == nil {
+			n.publishMooncakeView(ctx, v)
 			return
 		}
 		if _, stale := errors.AsType[*etcdbridge.StaleTermError](err); stale {
@@ -48,6 +52,41 @@ func (n *Node) publishMasterView(ctx context.Context) {
 			return
 		}
 		n.log.Warn("master_view not published yet; retrying", "term", v.Term, "error", err)
+		b.wait(ctx)
+	}
+}
+
+// publishMooncakeView keeps this leader's Mooncake address at master_view,
+// where Mooncake's HA clients watch, while it leads: published fenced by
+// moonraft's view v, on a lease kept alive, republished if etcd let the
+// lease lapse, revoked when leadership ends. Without a Mooncake address it
+// removes the JSON view an earlier release left there.
+func (n *Node) publishMooncakeView(ctx context.Context, v etcdbridge.MasterView) {
+	b := newBackoff(100*time.Millisecond, 2*time.Second)
+	for ctx.Err() == nil {
+		cctx, cancel := callCtx(ctx)
+		var err error
+		if n.cfg.MooncakeAddr == "" {
+			err = n.etcd.DropLegacyView(cctx)
+			cancel()
+			if err == nil {
+				return
+			}
+		} else {
+			var lease clientv3.LeaseID
+			lease, err = n.etcd.PublishMooncakeView(cctx, v, n.cfg.MooncakeAddr)
+			cancel()
+			if errcode.Of(err) == errcode.EtcdTransactionFail {
+				n.log.Warn("Mooncake master_view not published: a newer leader was elected", "error", err)
+				return
+			}
+			if err == nil {
+				n.etcd.KeepMooncakeView(ctx, lease)
+				b = newBackoff(100*time.Millisecond, 2*time.Second)
+				continue
+			}
+		}
+		n.log.Warn("Mooncake master_view not published yet; retrying", "error", err)
 		b.wait(ctx)
 	}
 }

@@ -1,18 +1,21 @@
 package tests
 
 import (
+	"bufio"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moonraft/moonraft/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // mooncakeBin returns a binary of the real Mooncake build (MOONCAKE_DIR, or
@@ -70,4 +73,82 @@ func TestMooncakeClients(t *testing.T) {
 	logs, err := os.ReadFile(filepath.Join(dir, leader.ID+".log"))
 	require.NoError(t, err)
 	assert.NotContains(t, string(logs), "mooncake protocol", "no call the leader could not decode or does not serve")
+}
+
+// TestMooncakeHAClientFollowsFailover: Mooncake's HA client build, given
+// only etcd, finds the leader through the master_view moonraft publishes in
+// Mooncake's format, and finds the new one after the leader is killed.
+func TestMooncakeHAClientFollowsFailover(t *testing.T) {
+	smoke := mooncakeBin(t, filepath.Join("..", "ha", "bin", "store_c_smoke"))
+	etcd := startEtcd(t)
+	dir := t.TempDir()
+	bin, _ := Binaries(t, dir)
+	c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms", "--etcd-endpoints", etcd,
+		"--client-ttl", "2s")
+	cl, err := transport.Dial(transport.ClientConfig{Endpoints: c.Endpoints()})
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	viaEtcd := "etcd://" + strings.TrimPrefix(strings.Split(etcd, ",")[0], "http://")
+
+	leader := c.Leader(ctx, cl)
+	waitView(t, etcd, leader.MooncakeAddr)
+	start := time.Now()
+	haSmoke(t, smoke, viaEtcd)
+	t.Logf("an HA client's session (setup, put, get, remove) took %v", time.Since(start).Round(time.Millisecond))
+	// The killed client's segment stays until its session expires, as with
+	// Mooncake's master: a put placed there would fail to transfer.
+	require.Eventually(t, func() bool {
+		segs, err := cl.ListSegments(ctx)
+		return err == nil && len(segs) == 0
+	}, 20*time.Second, 100*time.Millisecond, "the killed client's segment is dropped with its session")
+
+	c.Kill(leader, syscall.SIGKILL)
+	killed := time.Now()
+	next := c.Leader(ctx, cl)
+	require.NotEqual(t, leader.ID, next.ID)
+	waitView(t, etcd, next.MooncakeAddr)
+	haSmoke(t, smoke, viaEtcd)
+	t.Logf("a fresh HA client served %v after the leader was killed", time.Since(killed).Round(time.Millisecond))
+}
+
+// haSmoke runs store_c_smoke until it has removed its key, having read back
+// what it wrote, and kills it then: the HA client's teardown waits out its
+// leader monitor's 30-second watch, which tests nothing of the master.
+func haSmoke(t *testing.T, bin, master string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Line-buffered, or stdio holds every line until the process exits.
+	cmd := exec.CommandContext(ctx, "stdbuf", "-oL", bin, master)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var lines []string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if strings.HasPrefix(sc.Text(), "remove rc=") {
+			break
+		}
+	}
+	got := strings.Join(lines, "\n")
+	assert.Contains(t, got, "put rc=0")
+	assert.Contains(t, got, `get_into n=25 value="hello from store_c_smoke"`, "the bytes read back are the bytes written")
+	assert.Contains(t, got, "remove rc=0")
+}
+
+// waitView waits until etcd's master_view (Mooncake's key and format)
+// names addr.
+func waitView(t *testing.T, endpoints, addr string) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	defer cli.Close()
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := cli.Get(ctx, "mooncake-store/mooncake_cluster/master_view")
+		return err == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == addr
+	}, 20*time.Second, 50*time.Millisecond, "master_view names %s", addr)
 }
