@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/moonraft/moonraft/cororpc"
+	"github.com/moonraft/moonraft/cororpc"
 	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/stretchr/testify/require"
 )
@@ -39,17 +39,17 @@ func mooncakeDir(t testing.TB) string {
 type recorder struct {
 	mu    sync.Mutex
 	keep  int
-	reqs  map[string]Request // "conn/seq" → request in flight
+	reqs  map[string]cororpc.Request // "conn/seq" → request in flight
 	pairs map[uint32][][2][]byte
 }
 
-func (r *recorder) request(conn int, req Request) {
+func (r *recorder) request(conn int, req cororpc.Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reqs[fmt.Sprintf("%d/%d", conn, req.Header.Seq)] = req
 }
 
-func (r *recorder) response(conn int, resp Response) {
+func (r *recorder) response(conn int, resp cororpc.Response) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := fmt.Sprintf("%d/%d", conn, resp.Header.Seq)
@@ -60,7 +60,7 @@ func (r *recorder) response(conn int, resp Response) {
 	delete(r.reqs, k)
 	if len(r.pairs[req.Header.FunctionID]) < r.keep {
 		r.pairs[req.Header.FunctionID] = append(r.pairs[req.Header.FunctionID],
-			[2][]byte{AppendRequest(nil, req), AppendResponse(nil, resp)})
+			[2][]byte{cororpc.AppendRequest(nil, req), cororpc.AppendResponse(nil, resp)})
 	}
 }
 
@@ -92,26 +92,26 @@ func proxy(ctx context.Context, t *testing.T, l net.Listener, target string, rec
 				defer close(done)
 				br := bufio.NewReader(s)
 				for {
-					resp, err := ReadResponse(br)
+					resp, err := cororpc.ReadResponse(br)
 					if err != nil {
 						c.Close()
 						return
 					}
 					rec.response(conn, resp)
-					if _, err := c.Write(AppendResponse(nil, resp)); err != nil {
+					if _, err := c.Write(cororpc.AppendResponse(nil, resp)); err != nil {
 						return
 					}
 				}
 			}()
 			br := bufio.NewReader(c)
 			for {
-				req, err := ReadRequest(br)
+				req, err := cororpc.ReadRequest(br)
 				if err != nil {
 					s.Close()
 					break
 				}
 				rec.request(conn, req)
-				if _, err := s.Write(AppendRequest(nil, req)); err != nil {
+				if _, err := s.Write(cororpc.AppendRequest(nil, req)); err != nil {
 					break
 				}
 			}
@@ -151,7 +151,7 @@ func TestCaptureGolden(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer l.Close()
-	rec := &recorder{keep: 2, reqs: map[string]Request{}, pairs: map[uint32][][2][]byte{}}
+	rec := &recorder{keep: 2, reqs: map[string]cororpc.Request{}, pairs: map[uint32][][2][]byte{}}
 	go proxy(ctx, t, l, masterAddr, rec)
 
 	run := func(name string, args ...string) {
