@@ -36,6 +36,7 @@ type Errc uint8
 // The codes of this release that a server sends.
 const (
 	ErrcOK                    Errc = 0
+	ErrcIOError               Errc = 1
 	ErrcInvalidArguments      Errc = 4
 	ErrcRPCThrowException     Errc = 10
 	ErrcFunctionNotRegistered Errc = 11

@@ -113,8 +113,24 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	<-writerDone
 }
 
+// MsgForwarded marks a request one moonraft node forwarded to another
+// (coro_rpc's message type is 0 otherwise): it is never forwarded again.
+const MsgForwarded uint8 = 'M'
+
+type forwardedKey struct{}
+
+// Forwarded reports whether the call being handled came marked
+// MsgForwarded.
+func Forwarded(ctx context.Context) bool {
+	f, _ := ctx.Value(forwardedKey{}).(bool)
+	return f
+}
+
 // answer runs one call and frames its result or error.
 func (s *Server) answer(ctx context.Context, req Request) []byte {
+	if req.Header.MsgType == MsgForwarded {
+		ctx = context.WithValue(ctx, forwardedKey{}, true)
+	}
 	h := RespHeader{Magic: Magic, Seq: req.Header.Seq}
 	var body []byte
 	if req.Header.SerializeType != 0 {

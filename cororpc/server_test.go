@@ -85,3 +85,64 @@ func TestServerClosesOnProtocolError(t *testing.T) {
 	_, err = c.Read(make([]byte, 1))
 	assert.ErrorIs(t, err, io.EOF, "a frame boundary cannot be found again: the connection closes")
 }
+
+func TestClientAndPool(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- (&Server{Handler: sleeper{}, Logger: slog.New(slog.DiscardHandler)}).Serve(ctx, l) }()
+	var p Pool
+	defer p.Close()
+	slow := make(chan Response, 1)
+	go func() {
+		resp, err := p.Call(context.Background(), l.Addr().String(), 1, binary.LittleEndian.AppendUint32(nil, 200))
+		assert.NoError(t, err)
+		slow <- resp
+	}()
+	time.Sleep(20 * time.Millisecond)
+	resp, err := p.Call(context.Background(), l.Addr().String(), 1, binary.LittleEndian.AppendUint32(nil, 0))
+	require.NoError(t, err)
+	assert.Equal(t, ErrcOK, resp.Header.Errc, "a quick call is not held behind a slow one on the same connection")
+	require.Len(t, slow, 0)
+	assert.Equal(t, ErrcOK, (<-slow).Header.Errc)
+
+	tctx, tcancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	_, err = p.Call(tctx, l.Addr().String(), 1, binary.LittleEndian.AppendUint32(nil, 1000))
+	tcancel()
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+
+	cancel()
+	require.NoError(t, <-done)
+	_, err = p.Call(context.Background(), l.Addr().String(), 1, binary.LittleEndian.AppendUint32(nil, 0))
+	assert.Error(t, err, "the server is gone")
+}
+
+type forwardedEcho struct{}
+
+func (forwardedEcho) Call(ctx context.Context, _ uint32, _ []byte) ([]byte, Errc, string) {
+	if Forwarded(ctx) {
+		return []byte{1}, ErrcOK, ""
+	}
+	return []byte{0}, ErrcOK, ""
+}
+
+// TestForwardedMark: a call a node forwards says so, so the node it reaches
+// never forwards it again.
+func TestForwardedMark(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = (&Server{Handler: forwardedEcho{}, Logger: slog.New(slog.DiscardHandler)}).Serve(ctx, l) }()
+	for _, tc := range []struct {
+		msgType uint8
+		want    byte
+	}{{0, 0}, {MsgForwarded, 1}} {
+		p := Pool{MsgType: tc.msgType}
+		resp, err := p.Call(context.Background(), l.Addr().String(), 1, nil)
+		require.NoError(t, err)
+		assert.Equal(t, []byte{tc.want}, resp.Body)
+		p.Close()
+	}
+}

@@ -225,7 +225,7 @@ func TestKeysAndFitBatch(t *testing.T) {
 	require.Equal(t, "mooncake-store/oplog/c1/00000000000000000042", s.EntryKey(42))
 	require.Equal(t, "mooncake-store/oplog/c1/snapshot/s9/sequence_id", s.SnapshotKey("s9"))
 	require.Equal(t, "mooncake-store/lease_renewals/c1/"+oplog.RenewalKeyHash("k"), s.RenewalKey("k"))
-	require.Equal(t, "mooncake-store/c1/master_view", s.MasterViewKey())
+	require.Equal(t, "mooncake-store/c1/moonraft_view", s.MasterViewKey())
 	require.Equal(t, 7, s.MaxBatch())
 
 	require.Empty(t, s.FitBatch(nil))

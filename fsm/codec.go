@@ -37,6 +37,8 @@ type dec struct {
 	// transport: segment specs carry their transport fields (the entry's
 	// command type says so).
 	transport bool
+	// promoteMooncake: a Promote carries the leader's Mooncake address.
+	promoteMooncake bool
 }
 
 func (d *dec) fail(format string, args ...any) {

@@ -35,6 +35,8 @@ const (
 	// the fields it does not know as others.
 	CmdMountSegmentTransport    CmdType = 17
 	CmdRemountSegmentsTransport CmdType = 18
+	// Promote of a leader that also serves the Mooncake protocol.
+	CmdPromoteMooncake CmdType = 19
 
 	// IgnoreUnknownFlag marks a command an older node may skip if it does
 	// not know the type (Consul's pattern, for rolling upgrades): a newer
@@ -153,6 +155,9 @@ type Promote struct {
 	LeaderAddr string // the leader's client (gRPC) address, for NOT_LEADER answers
 	Term       uint64
 	Params     Params
+	// MooncakeAddr is the leader's Mooncake-protocol address, where
+	// followers forward Mooncake clients' calls; empty when it serves none.
+	MooncakeAddr string
 }
 
 // Exported trims the export ring up to Seq once etcd holds it.
@@ -217,14 +222,19 @@ func (c *RemountSegments) Type() CmdType {
 	}
 	return CmdRemountSegments
 }
-func (*PutStart) Type() CmdType        { return CmdPutStart }
-func (*PutEnd) Type() CmdType          { return CmdPutEnd }
-func (*PutRevoke) Type() CmdType       { return CmdPutRevoke }
-func (*Remove) Type() CmdType          { return CmdRemove }
-func (*RemoveByRegex) Type() CmdType   { return CmdRemoveByRegex }
-func (*RemoveAll) Type() CmdType       { return CmdRemoveAll }
-func (*Tick) Type() CmdType            { return CmdTick }
-func (*Promote) Type() CmdType         { return CmdPromote }
+func (*PutStart) Type() CmdType      { return CmdPutStart }
+func (*PutEnd) Type() CmdType        { return CmdPutEnd }
+func (*PutRevoke) Type() CmdType     { return CmdPutRevoke }
+func (*Remove) Type() CmdType        { return CmdRemove }
+func (*RemoveByRegex) Type() CmdType { return CmdRemoveByRegex }
+func (*RemoveAll) Type() CmdType     { return CmdRemoveAll }
+func (*Tick) Type() CmdType          { return CmdTick }
+func (c *Promote) Type() CmdType {
+	if c.MooncakeAddr != "" {
+		return CmdPromoteMooncake
+	}
+	return CmdPromote
+}
 func (*Exported) Type() CmdType        { return CmdExported }
 func (*Batch) Type() CmdType           { return CmdBatch }
 func (*UpsertStart) Type() CmdType     { return CmdUpsertStart }
@@ -395,6 +405,9 @@ func (c *Promote) encode(e *enc) {
 	e.str(c.LeaderAddr)
 	e.u64(c.Term)
 	c.Params.encode(e)
+	if c.MooncakeAddr != "" {
+		e.str(c.MooncakeAddr)
+	}
 }
 
 func (c *Promote) decode(d *dec) {
@@ -403,6 +416,9 @@ func (c *Promote) decode(d *dec) {
 	c.LeaderAddr = d.str()
 	c.Term = d.u64()
 	c.Params.decode(d)
+	if d.promoteMooncake {
+		c.MooncakeAddr = d.str()
+	}
 }
 
 func (c *GracefulUnmount) encode(e *enc) {
@@ -479,7 +495,7 @@ func newCommand(t CmdType) Command {
 		return &RemoveAll{}
 	case CmdTick:
 		return &Tick{}
-	case CmdPromote:
+	case CmdPromote, CmdPromoteMooncake:
 		return &Promote{}
 	case CmdExported:
 		return &Exported{}
@@ -519,7 +535,8 @@ func Decode(b []byte) (Command, error) {
 			"command: unknown type %d; the leader may run a newer moonraft than this node: upgrade it", t)
 	}
 	d := dec{b: b[1:], kind: "command", name: t.String(),
-		transport: t == CmdMountSegmentTransport || t == CmdRemountSegmentsTransport}
+		transport:       t == CmdMountSegmentTransport || t == CmdRemountSegmentsTransport,
+		promoteMooncake: t == CmdPromoteMooncake}
 	c.decode(&d)
 	if err := d.done(); err != nil {
 		return nil, err
@@ -546,6 +563,7 @@ var cmdNames = [...]string{
 	CmdDrainSegments:            "DrainSegments",
 	CmdMountSegmentTransport:    "MountSegment",
 	CmdRemountSegmentsTransport: "RemountSegments",
+	CmdPromoteMooncake:          "Promote",
 }
 
 func (t CmdType) String() string {

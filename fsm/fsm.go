@@ -97,14 +97,15 @@ type session struct {
 
 // FSM is the replicated state machine.
 type FSM struct {
-	params       Params
-	nowMs        int64
-	appliedSeq   uint64
-	leaseFloorMs int64 // Promote's lease for every object, without touching each
-	needSpace    bool
-	leaderID     string
-	leaderAddr   string
-	term         uint64
+	params             Params
+	nowMs              int64
+	appliedSeq         uint64
+	leaseFloorMs       int64 // Promote's lease for every object, without touching each
+	needSpace          bool
+	leaderID           string
+	leaderAddr         string
+	leaderMooncakeAddr string // "" when the leader serves no Mooncake protocol
+	term               uint64
 
 	segments map[string]*segment
 	segNames map[string]*segment

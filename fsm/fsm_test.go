@@ -485,6 +485,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		&RemoveAll{NowMs: 9, Force: true},
 		&Tick{NowMs: -10, Renewals: []lease.Renewal{{Key: "k", AtMs: 3}}, Pings: []lease.Ping{{ClientID: "c", AtMs: 4}}, Evict: true},
 		&Promote{NowMs: 11, LeaderID: "n1", LeaderAddr: "127.0.0.1:7100", Term: 3, Params: DefaultParams()},
+		&Promote{NowMs: 11, LeaderID: "n1", LeaderAddr: "127.0.0.1:7100", Term: 3, Params: DefaultParams(), MooncakeAddr: "127.0.0.1:50051"},
 		&Exported{Seq: 12},
 	}
 	for _, c := range cmds {

@@ -144,7 +144,12 @@ func (g *gen) next(f *FSM) Command {
 		p.AllowEvictSoftPinned = g.r.IntN(2) == 0
 		p.ExportRingCap = []uint64{50, 1000, 1_000_000}[g.r.IntN(3)]
 		p.KeySeqRetainMs = int64(g.r.IntN(120_000))
-		return &Promote{NowMs: now, LeaderID: fmt.Sprintf("n%d", g.r.IntN(3)), Term: uint64(g.r.IntN(100)), Params: p}
+		leader := g.r.IntN(3)
+		c := &Promote{NowMs: now, LeaderID: fmt.Sprintf("n%d", leader), Term: uint64(g.r.IntN(100)), Params: p}
+		if leader > 0 { // serves the Mooncake protocol too
+			c.MooncakeAddr = fmt.Sprintf("10.0.0.%d:50051", leader)
+		}
+		return c
 	default:
 		seq := f.appliedSeq
 		if n := len(f.ring); n > 0 {

@@ -107,24 +107,27 @@ type Stats struct {
 	RingLen       int
 	LeaderID      string // the leader that last promoted itself
 	LeaderAddr    string // its client address
-	Term          uint64
+	// LeaderMooncakeAddr is its Mooncake-protocol address ("" if none).
+	LeaderMooncakeAddr string
+	Term               uint64
 }
 
 // Stats returns counters of the state.
 func (f *FSM) Stats() Stats {
 	return Stats{
-		NowMs:         f.nowMs,
-		AppliedSeq:    f.appliedSeq,
-		Segments:      len(f.segments),
-		Sessions:      len(f.sessions),
-		Objects:       f.objects.Len(),
-		Processing:    f.processing.len(),
-		UsedBytes:     f.used,
-		CapacityBytes: f.capacity,
-		RingLen:       len(f.ring),
-		LeaderID:      f.leaderID,
-		LeaderAddr:    f.leaderAddr,
-		Term:          f.term,
+		NowMs:              f.nowMs,
+		AppliedSeq:         f.appliedSeq,
+		Segments:           len(f.segments),
+		Sessions:           len(f.sessions),
+		Objects:            f.objects.Len(),
+		Processing:         f.processing.len(),
+		UsedBytes:          f.used,
+		CapacityBytes:      f.capacity,
+		RingLen:            len(f.ring),
+		LeaderID:           f.leaderID,
+		LeaderAddr:         f.leaderAddr,
+		LeaderMooncakeAddr: f.leaderMooncakeAddr,
+		Term:               f.term,
 	}
 }
 

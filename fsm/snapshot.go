@@ -46,14 +46,15 @@ type replacedRec struct {
 }
 
 type meta struct {
-	params       Params
-	nowMs        int64
-	appliedSeq   uint64
-	leaseFloorMs int64
-	needSpace    bool
-	leaderID     string
-	leaderAddr   string
-	term         uint64
+	params             Params
+	nowMs              int64
+	appliedSeq         uint64
+	leaseFloorMs       int64
+	needSpace          bool
+	leaderID           string
+	leaderAddr         string
+	leaderMooncakeAddr string
+	term               uint64
 }
 
 type sessionRec struct {
@@ -63,7 +64,7 @@ type sessionRec struct {
 }
 
 func (f *FSM) meta() meta {
-	return meta{f.params, f.nowMs, f.appliedSeq, f.leaseFloorMs, f.needSpace, f.leaderID, f.leaderAddr, f.term}
+	return meta{f.params, f.nowMs, f.appliedSeq, f.leaseFloorMs, f.needSpace, f.leaderID, f.leaderAddr, f.leaderMooncakeAddr, f.term}
 }
 
 // Snapshot captures the state. It must be called with Apply excluded (the
@@ -157,6 +158,9 @@ func (s *Snapshot) writeSections(w *snapshots.Writer) error {
 		e.str(m.leaderID)
 		e.str(m.leaderAddr)
 		e.u64(m.term)
+		if m.leaderMooncakeAddr != "" { // without: the earlier format, byte for byte
+			e.str(m.leaderMooncakeAddr)
+		}
 		return rec()
 	})
 	section("segments", func() error {
@@ -396,6 +400,9 @@ func (rs *restorer) meta(d *dec) error {
 	f.leaderID = d.str()
 	f.leaderAddr = d.str()
 	f.term = d.u64()
+	if len(d.b) > 0 {
+		f.leaderMooncakeAddr = d.str()
+	}
 	if d.err != nil {
 		return d.err
 	}

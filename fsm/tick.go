@@ -261,6 +261,7 @@ func (f *FSM) promote(c *Promote) Result {
 	f.advance(c.NowMs)
 	f.params = c.Params
 	f.leaderID, f.leaderAddr, f.term = c.LeaderID, c.LeaderAddr, c.Term
+	f.leaderMooncakeAddr = c.MooncakeAddr
 	f.leaseFloorMs = max(f.leaseFloorMs, f.nowMs+f.params.LeaseTTLMs)
 	for id := range f.sessions {
 		d, _ := f.deadlines.Deadline(id)

@@ -110,7 +110,8 @@ func (n *Node) promote(ctx context.Context) uint64 {
 		n.log.Warn("barrier failed", "error", err)
 		return 0
 	}
-	cmd := &fsm.Promote{NowMs: n.now(), LeaderID: n.cfg.ID, LeaderAddr: n.cfg.GRPCAddr, Term: n.raft.CurrentTerm(), Params: n.cfg.Params}
+	cmd := &fsm.Promote{NowMs: n.now(), LeaderID: n.cfg.ID, LeaderAddr: n.cfg.GRPCAddr, Term: n.raft.CurrentTerm(), Params: n.cfg.Params,
+		MooncakeAddr: n.cfg.MooncakeAddr}
 	if _, err := n.apply(ctx, cmd); err != nil {
 		n.log.Warn("promote failed", "error", err)
 		return 0

@@ -130,7 +130,13 @@ func TestMooncakeProtocol(t *testing.T) {
 	require.NoError(t, structpack.Unmarshal(garbled.Body, &msg))
 	assert.Equal(t, "invalid rpc arg", msg)
 
+	// Through a follower: forwarded to the leader, frame for frame.
 	f := dialMooncake(t, c.cfgs[(li+1)%3].MooncakeAddr)
-	codeIs(t, errcode.UnavailableInCurrentStatus, mcCall[structpack.Expected[[]mc.ReplicaDescriptor]](f, "PutStart", mc.PutStartArgs{ClientID: client, Key: "f", SliceLength: 1, Config: one}),
-		"a follower does not serve writes")
+	require.Zero(t, mcCall[structpack.Expected[mc.Void]](f, "MountSegment", mc.MountArgs{Segment: seg, ClientID: client}).Err)
+	require.Zero(t, mcCall[structpack.Expected[[]mc.ReplicaDescriptor]](f, "PutStart", mc.PutStartArgs{ClientID: client, Key: "f", SliceLength: 1, Config: one}).Err)
+	require.Zero(t, mcCall[structpack.Expected[mc.Void]](f, "PutEnd", mc.PutEndArgs{ClientID: client, Meta: mc.ObjectMeta{Key: "f"}}).Err)
+	fromFollower := mcCall[structpack.Expected[mc.GetReplicaListResponse]](f, "GetReplicaList", mc.KeyArgs{Key: "f"})
+	require.Zero(t, fromFollower.Err)
+	assert.Equal(t, mc.ReplicaComplete, fromFollower.Value.Replicas[0].Status)
+	assert.Equal(t, cororpc.ErrcFunctionNotRegistered, f.raw(0x12345678, nil).Header.Errc, "the leader's error answers come back as they are")
 }

@@ -67,10 +67,13 @@ func (n *Node) serve() error {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		n.stopMooncake = cancel
-		srv := &cororpc.Server{Handler: mooncakeapi.NewHandler(n, n.log, uint64(n.cfg.Params.LeaseTTLMs)), Logger: n.log}
+		front := &mooncakeFront{n: n, local: mooncakeapi.NewHandler(n, n.log, uint64(n.cfg.Params.LeaseTTLMs)),
+			fwd: cororpc.Pool{MsgType: cororpc.MsgForwarded}}
+		srv := &cororpc.Server{Handler: front, Logger: n.log}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
+			defer front.fwd.Close()
 			if err := srv.Serve(ctx, l); err != nil {
 				n.log.Error("mooncake protocol server stopped", "error", err)
 			}
