@@ -14,7 +14,7 @@ FUZZ_TARGETS := \
 	./cororpc:FuzzReadRequest \
 	./structpack:FuzzUnmarshal
 
-.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen mooncake-golden
+.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen mooncake-golden mooncake-bench
 
 all: build
 
@@ -44,6 +44,11 @@ fuzz:
 		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
 		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg; \
 	done
+
+# Mooncake's master_bench against mooncake_master and against moonraft, in
+# one sitting (docs/BENCHMARKS.md).
+mooncake-bench: build
+	./scripts/mooncake-bench.sh
 
 # Rewrite mooncakeapi/testdata/golden.txt from the real Mooncake master and
 # clients in ../shared/mooncake (or MOONCAKE_DIR), through a logging proxy.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make run: an embedded etcd (127.0.0.1:2379) and three moonraft nodes on
-# 127.0.0.1 (gRPC 7100-7102, Raft 7200-7202, HTTP 7300-7302) exporting their
-# OpLog to it; data under ./run/. Ctrl-C stops them cleanly.
+# 127.0.0.1 (gRPC 7100-7102, Raft 7200-7202, HTTP 7300-7302, the Mooncake
+# protocol 50051-50053) exporting their OpLog to it; data under ./run/.
+# Ctrl-C stops them cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=./bin
@@ -32,6 +33,7 @@ done
 for i in 0 1 2; do
   "$BIN/moonraft" --id "n$i" --data-dir "run/n$i" \
     --raft-addr "127.0.0.1:720$i" --grpc-addr "127.0.0.1:710$i" --http-addr "127.0.0.1:730$i" \
+    --mooncake-addr "127.0.0.1:5005$((i + 1))" \
     --bootstrap --peers "$PEERS" --heartbeat-timeout 300ms --election-timeout 300ms \
     --etcd-endpoints http://127.0.0.1:2379 \
     >"run/n$i.log" 2>&1 &
@@ -51,6 +53,7 @@ echo
 cat <<MSG
 
 moonraft is running: gRPC $ENDPOINTS, etcd http://127.0.0.1:2379, logs in run/*.log.
+Unmodified Mooncake clients: 127.0.0.1:50051 (any of 50051-50053), or etcd://127.0.0.1:2379 for HA clients.
 Try:
   bin/moonctl --endpoints $ENDPOINTS mount --client c1 --segment seg1 --size 1073741824
   bin/moonctl --endpoints $ENDPOINTS put hello --size 4096 --replicas 1 --client c1
