@@ -25,9 +25,8 @@ type Logger interface {
 }
 
 // Server serves coro_rpc connections: every request of a connection runs
-// at once in its own goroutine (up to MaxInFlight), and its answer is
-// written when it is ready, so a slow call does not hold back the ones
-// behind it.
+// at once (up to MaxInFlight at a time), and its answer is written when it
+// is ready, so a slow call does not hold back the ones behind it.
 type Server struct {
 	Handler     Handler
 	Logger      Logger
@@ -68,9 +67,19 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	if limit <= 0 {
 		limit = 256
 	}
-	sem := make(chan struct{}, limit)
 	out := make(chan []byte, limit)
+	// Workers live as long as the connection and are started as calls need
+	// them (up to limit): a goroutine per call would grow a fresh stack for
+	// every call, the reflection of the codec being deep.
+	work := make(chan Request)
+	workers := 0
 	var calls sync.WaitGroup
+	worker := func(req Request) {
+		out <- s.answer(ctx, req)
+		for req := range work {
+			out <- s.answer(ctx, req)
+		}
+	}
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -97,17 +106,24 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			break
 		}
 		select {
-		case sem <- struct{}{}:
+		case work <- req: // an idle worker took it
+			continue
+		default:
+		}
+		if workers < limit {
+			workers++
+			calls.Go(func() { worker(req) })
+			continue
+		}
+		select {
+		case work <- req:
 		case <-ctx.Done():
 		}
 		if ctx.Err() != nil {
 			break
 		}
-		calls.Go(func() {
-			defer func() { <-sem }()
-			out <- s.answer(ctx, req)
-		})
 	}
+	close(work)
 	calls.Wait()
 	close(out)
 	<-writerDone
