@@ -223,12 +223,17 @@ func (h *Handler) register() {
 		return structpack.OK(int64(r.Removed))
 	})
 	serve(h, "RemoveAll", func(ctx context.Context, a RemoveAllArgs) int64 {
-		if tenantErr(a.TenantID) != nil {
+		if err := tenantErr(a.TenantID); err != nil {
+			h.log.Warn("mooncake protocol: RemoveAll removed nothing", "error", err)
 			return 0
 		}
 		r, err := b.Propose(ctx, &fsm.RemoveAll{NowMs: b.Now(), Force: a.Force})
-		if err != nil || r.Err != nil {
-			return 0 // Mooncake's RemoveAll answers a count only
+		if err == nil {
+			err = r.Err
+		}
+		if err != nil { // Mooncake's RemoveAll answers a count only
+			h.log.Warn("mooncake protocol: RemoveAll removed nothing", "error", err)
+			return 0
 		}
 		return int64(r.Removed)
 	})
