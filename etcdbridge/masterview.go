@@ -85,14 +85,22 @@ const MooncakeViewTTL = 5 * time.Second
 // while etcd holds v as moonraft's view (a deposed leader cannot write).
 // It returns the lease, which the caller keeps alive while it leads and
 // revokes when it stops.
+//
+// Mooncake's clients take the key's create revision for the view's version
+// and switch masters only when it grows, so the key is deleted and created
+// anew, never overwritten.
 func (s *Store) PublishMooncakeView(ctx context.Context, v MasterView, addr string) (clientv3.LeaseID, error) {
 	val, _ := json.Marshal(v)
+	ours := clientv3.Compare(clientv3.Value(s.viewKey), "=", string(val))
+	if _, err := s.c.Txn(ctx).If(ours).Then(clientv3.OpDelete(s.mcViewKey)).Commit(); err != nil {
+		return 0, opErr(err, "master_view: delete the previous leader's")
+	}
 	lease, err := s.c.Grant(ctx, int64(MooncakeViewTTL/time.Second))
 	if err != nil {
 		return 0, opErr(err, "master_view: grant a lease")
 	}
 	resp, err := s.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(s.viewKey), "=", string(val))).
+		If(ours, clientv3.Compare(clientv3.CreateRevision(s.mcViewKey), "=", 0)).
 		Then(clientv3.OpPut(s.mcViewKey, addr, clientv3.WithLease(lease.ID))).
 		Commit()
 	if err != nil || !resp.Succeeded {

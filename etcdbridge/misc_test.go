@@ -222,3 +222,26 @@ func TestMooncakeView(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok, "a leader that stops leading revokes its view at once")
 }
+
+// TestMooncakeViewIsCreatedAnew: Mooncake's clients switch masters when the
+// view's create revision grows, so a new leader's view is a new key.
+func TestMooncakeViewIsCreatedAnew(t *testing.T) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	key := s.Config().Prefix + "/mooncake_cluster/master_view"
+	rev := func() int64 {
+		resp, err := s.Client().Get(ctx, key)
+		require.NoError(t, err)
+		require.Len(t, resp.Kvs, 1)
+		return resp.Kvs[0].CreateRevision
+	}
+	v1, v2 := MasterView{LeaderID: "n1", Term: 1}, MasterView{LeaderID: "n2", Term: 2}
+	require.NoError(t, s.PublishMasterView(ctx, v1))
+	_, err := s.PublishMooncakeView(ctx, v1, "10.0.0.1:50051")
+	require.NoError(t, err)
+	first := rev()
+	require.NoError(t, s.PublishMasterView(ctx, v2))
+	_, err = s.PublishMooncakeView(ctx, v2, "10.0.0.2:50051")
+	require.NoError(t, err)
+	require.Greater(t, rev(), first, "the next leader's view is a new key")
+}

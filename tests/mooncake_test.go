@@ -155,3 +155,66 @@ func waitView(t *testing.T, endpoints, addr string) {
 		return err == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == addr
 	}, 20*time.Second, 50*time.Millisecond, "master_view names %s", addr)
 }
+
+// TestMooncakeClientSurvivesLeaderKill: a Mooncake client (tests/mooncakeloop,
+// over the store's C API) keeps putting — through a follower's address, and
+// as an HA client given only etcd — while the leader is SIGKILLed;
+// afterwards it reads back every put that was acknowledged, through the
+// transfer engine, byte for byte.
+func TestMooncakeClientSurvivesLeaderKill(t *testing.T) {
+	mcDir := filepath.Dir(filepath.Dir(mooncakeBin(t, "store_c_smoke")))
+	for _, tc := range []struct {
+		name, build string // build: the Mooncake build under mcDir ("" or "ha")
+		viaEtcd     bool
+	}{
+		{"through a follower", "", false},
+		{"as an HA client through etcd", "ha", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			loop := buildLoop(t, filepath.Join(mcDir, tc.build), filepath.Join(dir, "mooncakeloop"))
+			etcd := startEtcd(t)
+			bin, _ := Binaries(t, dir)
+			c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms", "--etcd-endpoints", etcd)
+			cl, err := transport.Dial(transport.ClientConfig{Endpoints: c.Endpoints()})
+			require.NoError(t, err)
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			leader := c.Leader(ctx, cl)
+			master := "etcd://" + strings.TrimPrefix(strings.Split(etcd, ",")[0], "http://")
+			if tc.viaEtcd {
+				waitView(t, etcd, leader.MooncakeAddr)
+			} else {
+				for _, p := range c.Procs {
+					if p != leader {
+						master = p.MooncakeAddr
+						break
+					}
+				}
+			}
+
+			cmd := exec.CommandContext(ctx, "stdbuf", "-oL", loop, master, "8")
+			var stdout strings.Builder
+			cmd.Stdout = &stdout
+			require.NoError(t, cmd.Start())
+			time.Sleep(3 * time.Second)
+			c.Kill(leader, syscall.SIGKILL)
+			require.NotEqual(t, leader.ID, c.Leader(ctx, cl).ID)
+			err = cmd.Wait()
+			t.Logf("client of %s, leader %s killed at 3 s:\n%s", master, leader.ID, stdout.String())
+			require.NoError(t, err)
+			assert.Contains(t, stdout.String(), "lost 0\nLOOP OK", "every acknowledged put is read back")
+		})
+	}
+}
+
+// buildLoop compiles tests/mooncakeloop against the Mooncake build in mc.
+func buildLoop(t *testing.T, mc, out string) string {
+	_, self, _, _ := runtime.Caller(0)
+	cc := exec.Command("gcc", "-O2", "-o", out, filepath.Join(filepath.Dir(self), "mooncakeloop", "loop.c"),
+		"-I"+filepath.Join(mc, "include"), "-L"+filepath.Join(mc, "lib"), "-lmooncake_store", "-Wl,-rpath,"+filepath.Join(mc, "lib"))
+	b, err := cc.CombinedOutput()
+	require.NoError(t, err, "build the Mooncake client loop:\n%s", b)
+	return out
+}
