@@ -14,7 +14,7 @@ FUZZ_TARGETS := \
 	./cororpc:FuzzReadRequest \
 	./structpack:FuzzUnmarshal
 
-.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen mooncake-golden mooncake-bench
+.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen mooncake-golden mooncake-bench mooncake-failover
 
 all: build
 
@@ -49,6 +49,11 @@ fuzz:
 # one sitting (docs/BENCHMARKS.md).
 mooncake-bench: build
 	./scripts/mooncake-bench.sh
+
+# The same Mooncake HA client loop while the serving master is killed:
+# Mooncake's own HA pair against moonraft (docs/BENCHMARKS.md).
+mooncake-failover: build
+	./scripts/mooncake-failover.sh
 
 # Rewrite mooncakeapi/testdata/golden.txt from the real Mooncake master and
 # clients in ../shared/mooncake (or MOONCAKE_DIR), through a logging proxy.

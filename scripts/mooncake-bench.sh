@@ -56,7 +56,7 @@ done
 leader=""
 for _ in $(seq 1 100); do
   leader=$("$BIN/moonctl" --endpoints 127.0.0.1:17700,127.0.0.1:17701,127.0.0.1:17702 --timeout 1s status 2>/dev/null |
-    awk '$0 ~ / leader / {print $1}') || true
+    awk '$4 == "leader" {print $1}') || true
   [ -n "$leader" ] && break
   sleep 0.2
 done

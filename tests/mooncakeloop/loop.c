@@ -2,8 +2,9 @@
  * C API (Mooncake 3b5a594, store_c.h): it puts key i with a value naming i for
  * DURATION seconds, one after the other, remembering which puts were
  * acknowledged, then reads every acknowledged key back through the transfer
- * engine and checks its bytes. Prints "acked N failed F", then "lost K" and
- * "LOOP OK" or "LOOP FAIL". Usage: loop MASTER SECONDS (MASTER: host:port,
+ * engine and checks its bytes. Prints "acked N failed F gap MS" (gap: the
+ * longest time between two acknowledged puts, the service's outage as this
+ * client saw it), then "lost K" and "LOOP OK" or "LOOP FAIL". Usage: loop MASTER SECONDS (MASTER: host:port,
  * or etcd://host:port for the HA build). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,19 +35,21 @@ int main(int argc, char **argv) {
     mooncake_replicate_config_t cfg = {1, 0, 0, NULL, 0};
     char key[64], val[64], got[64];
     long n = 0, nacked = 0, failed = 0;
-    double end = now() + seconds;
+    double end = now() + seconds, last = now(), gap = 0;
     while (now() < end && n < MAX_KEYS) {
         snprintf(key, sizeof key, "loop-%ld", n);
         snprintf(val, sizeof val, "value of key %ld", n);
         if (mooncake_store_put(s, key, val, strlen(val) + 1, &cfg) == 0) {
             acked[n] = 1;
             nacked++;
+            if (now() - last > gap) gap = now() - last;
+            last = now();
         } else {
             failed++;
         }
         n++;
     }
-    printf("acked %ld failed %ld\n", nacked, failed);
+    printf("acked %ld failed %ld gap %.0f\n", nacked, failed, gap * 1000);
     fflush(stdout);
     mooncake_store_register_buffer(s, got, sizeof got);
     long lost = 0;
