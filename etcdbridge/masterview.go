@@ -92,12 +92,15 @@ const MooncakeViewTTL = 5 * time.Second
 func (s *Store) PublishMooncakeView(ctx context.Context, v MasterView, addr string) (clientv3.LeaseID, error) {
 	val, _ := json.Marshal(v)
 	ours := clientv3.Compare(clientv3.Value(s.viewKey), "=", string(val))
-	if _, err := s.c.Txn(ctx).If(ours).Then(clientv3.OpDelete(s.mcViewKey)).Commit(); err != nil {
-		return 0, opErr(err, "master_view: delete the previous leader's")
-	}
+	// The lease first: a client that reads the key between the delete and
+	// the create finds no master, so that window is kept to one round trip.
 	lease, err := s.c.Grant(ctx, int64(MooncakeViewTTL/time.Second))
 	if err != nil {
 		return 0, opErr(err, "master_view: grant a lease")
+	}
+	if _, err := s.c.Txn(ctx).If(ours).Then(clientv3.OpDelete(s.mcViewKey)).Commit(); err != nil {
+		_, _ = s.c.Revoke(context.WithoutCancel(ctx), lease.ID)
+		return 0, opErr(err, "master_view: delete the previous leader's")
 	}
 	resp, err := s.c.Txn(ctx).
 		If(ours, clientv3.Compare(clientv3.CreateRevision(s.mcViewKey), "=", 0)).
