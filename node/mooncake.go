@@ -17,8 +17,9 @@ const mooncakeForwardTimeout = 10 * time.Second
 // mooncakeFront serves the Mooncake protocol: the promoted leader answers;
 // a follower forwards each call, frame for frame, to the leader's Mooncake
 // address (from its Promote), so a client configured with any node's
-// address works. With no promoted leader known (an election) the local
-// handler answers UNAVAILABLE_IN_CURRENT_STATUS, as for gRPC.
+// address works. During an election it waits for a leader as a gRPC call
+// does; with none known by then, the local handler answers
+// UNAVAILABLE_IN_CURRENT_STATUS.
 type mooncakeFront struct {
 	n     *Node
 	local *mooncakeapi.Handler
@@ -26,8 +27,19 @@ type mooncakeFront struct {
 }
 
 func (m *mooncakeFront) Call(ctx context.Context, id uint32, body []byte) ([]byte, cororpc.Errc, string) {
+	if cororpc.Forwarded(ctx) { // views disagree: no second hop
+		return m.local.Call(ctx, id, body)
+	}
 	addr := m.leaderAddr()
-	if addr == "" || cororpc.Forwarded(ctx) { // views disagree: no second hop
+	if addr == "" && !m.n.IsLeader() {
+		// An election, or a leader not heard from for a moment: wait for
+		// one as a gRPC call does (bounded), then look again.
+		wctx, cancel := context.WithTimeout(ctx, mooncakeForwardTimeout)
+		_ = m.n.awaitLeader(wctx)
+		cancel()
+		addr = m.leaderAddr()
+	}
+	if addr == "" {
 		return m.local.Call(ctx, id, body)
 	}
 	fctx, cancel := context.WithTimeout(ctx, mooncakeForwardTimeout)
@@ -47,7 +59,10 @@ func (m *mooncakeFront) Call(ctx context.Context, id uint32, body []byte) ([]byt
 }
 
 // leaderAddr is where to forward: the promoted leader's Mooncake address
-// when this node is a follower that hears from it, else "".
+// when this node is a follower whose Raft leader is that promoted leader,
+// else "". Unlike a NOT_LEADER answer it does not ask for recent contact:
+// on a loaded machine a live leader can be a heartbeat late, and a
+// forward to a dead one fails at once (connection refused).
 func (m *mooncakeFront) leaderAddr() string {
 	n := m.n
 	if n.IsLeader() {
@@ -56,8 +71,7 @@ func (m *mooncakeFront) leaderAddr() string {
 	_, leaderID := n.raft.LeaderWithID()
 	var st fsm.Stats
 	n.sm.read(func(f *fsm.FSM) { st = f.Stats() })
-	if leaderID == "" || string(leaderID) != st.LeaderID || st.LeaderID == n.cfg.ID ||
-		time.Since(n.raft.LastContact()) >= n.cfg.HeartbeatTimeout/2 {
+	if leaderID == "" || string(leaderID) != st.LeaderID || st.LeaderID == n.cfg.ID {
 		return ""
 	}
 	return st.LeaderMooncakeAddr
