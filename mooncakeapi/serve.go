@@ -127,7 +127,7 @@ func replicasOf(rs []oplog.ReplicaDesc) ([]ReplicaDescriptor, error) {
 		}
 		b := r.Buffers[0]
 		status := ReplicaComplete
-		if r.Status != "COMPLETE" {
+		if r.Status != oplog.ReplicaComplete {
 			status = ReplicaProcessing
 		}
 		out[i] = ReplicaDescriptor{ID: uint64(i + 1), Status: status,

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/cororpc"
-	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/mooncakeapi"
 	"github.com/moonraft/moonraft/structpack"
 )
@@ -64,14 +63,11 @@ func (m *mooncakeFront) Call(ctx context.Context, id uint32, body []byte) ([]byt
 // on a loaded machine a live leader can be a heartbeat late, and a
 // forward to a dead one fails at once (connection refused).
 func (m *mooncakeFront) leaderAddr() string {
-	n := m.n
-	if n.IsLeader() {
+	if m.n.IsLeader() {
 		return ""
 	}
-	_, leaderID := n.raft.LeaderWithID()
-	var st fsm.Stats
-	n.sm.read(func(f *fsm.FSM) { st = f.Stats() })
-	if leaderID == "" || string(leaderID) != st.LeaderID || st.LeaderID == n.cfg.ID {
+	st, ok := m.n.promotedLeader()
+	if !ok {
 		return ""
 	}
 	return st.LeaderMooncakeAddr

@@ -339,6 +339,16 @@ func (n *Node) HaltErr() error {
 	}
 }
 
+// promotedLeader returns the state's view of the leader when Raft's current
+// leader is another node that has promoted itself (its Promote applied
+// here): the leader whose addresses the state holds.
+func (n *Node) promotedLeader() (fsm.Stats, bool) {
+	_, leaderID := n.raft.LeaderWithID()
+	var st fsm.Stats
+	n.sm.read(func(f *fsm.FSM) { st = f.Stats() })
+	return st, leaderID != "" && string(leaderID) == st.LeaderID && st.LeaderID != n.cfg.ID
+}
+
 // HadState reports whether the node started on an existing data dir.
 func (n *Node) HadState() bool { return n.hadState }
 
@@ -409,11 +419,8 @@ func (n *Node) serverAddr(id string) raft.ServerAddress {
 // timeout is likely dead or paused: sending clients to it would only cost
 // them a timeout.
 func (n *Node) notLeader() error {
-	_, leaderID := n.raft.LeaderWithID()
-	var st fsm.Stats
-	n.sm.read(func(f *fsm.FSM) { st = f.Stats() })
-	if leaderID != "" && string(leaderID) == st.LeaderID && st.LeaderAddr != "" && st.LeaderID != n.cfg.ID &&
-		time.Since(n.raft.LastContact()) < n.cfg.HeartbeatTimeout/2 {
+	st, ok := n.promotedLeader()
+	if ok && st.LeaderAddr != "" && time.Since(n.raft.LastContact()) < n.cfg.HeartbeatTimeout/2 {
 		return errcode.New(errcode.NotLeader, "%s", st.LeaderAddr)
 	}
 	return errcode.New(errcode.UnavailableInCurrentStatus, "node %s is not the leader and no promoted leader is known yet; retry", n.cfg.ID)
