@@ -168,7 +168,7 @@ var (
 	dEtcdBytes    = desc("etcd_bytes_total", "Bytes of keys and values put to etcd by this node, by kind.", "kind")
 	dReadMode     = desc("read_mode", "1 for the read mode in force (--read-mode).", "mode")
 	dLease        = desc("read_lease_remaining_seconds", "How long this leader's read lease still holds (0: none; reads then wait for a quorum round).")
-	dRounds       = desc("read_quorum_rounds_total", "Quorum rounds (VerifyLeader) run to confirm leadership for reads and to renew the read lease.")
+	dRounds       = desc("read_quorum_rounds_total", "Quorum rounds (barrier entries) run to confirm leadership for reads and to renew the read lease.")
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
