@@ -57,6 +57,7 @@ etcd-prefix    = "mooncake-store"
 # etcd-ca   = "/etc/moonraft/tls/etcd-ca.pem"
 etcd-max-txn-ops     = 128            # etcd's own --max-txn-ops
 etcd-export-renewals = true           # lease_renewals/ once a second
+etcd-export-linger   = "200ms"        # under load, an OpLog entry waits this long at most for a fuller transaction
 oplog-retain         = 10000          # OpLog entries kept behind the last snapshot
 export-ring          = 1000000        # entries held while etcd is down before writes fail
 

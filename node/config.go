@@ -64,6 +64,10 @@ type Config struct {
 	// Etcd is where the leader exports the OpLog; no endpoints: no export.
 	Etcd           etcdbridge.Config
 	ExportRenewals bool   // write lease_renewals/ once a second
+	// ExportLinger is how long the exporter, under load, waits for a fuller
+	// etcd transaction (Kafka's linger.ms): the longest an entry waits
+	// before etcd's watchers can see it. 0: every entry as soon as read.
+	ExportLinger time.Duration
 	OplogRetain    uint64 // OpLog entries kept in etcd behind the last snapshot
 
 	// TLS secures the node's gRPC server and client, and its Raft
@@ -133,6 +137,7 @@ func DefaultConfig() Config {
 		SnapshotThreshold:  16384,
 		SnapshotRetain:     2,
 		ExportRenewals:     true,
+		ExportLinger:       200 * time.Millisecond,
 		OplogRetain:        10_000,
 	}
 }
@@ -156,6 +161,8 @@ func (c *Config) validate() error {
 		return errcode.New(errcode.InvalidParams, "raft address is empty")
 	case c.Tick <= 0:
 		return errcode.New(errcode.InvalidParams, "tick must be positive, got %v", c.Tick)
+	case c.ExportLinger < 0:
+		return errcode.New(errcode.InvalidParams, "export linger must not be negative, got %v", c.ExportLinger)
 	case c.GracefulUnmountMax < 0:
 		return errcode.New(errcode.InvalidParams, "graceful unmount bound must not be negative, got %v", c.GracefulUnmountMax)
 	case c.Bootstrap && len(c.Peers) == 0:

@@ -166,21 +166,19 @@ func (n *Node) exportLoop(ctx context.Context) {
 	}
 }
 
-// exportLinger is how long, under load, the exporter waits for a fuller
-// transaction (as Kafka's linger.ms does): etcd then takes one transaction
-// per many entries instead of one per few. Idle, an entry goes at once.
-const exportLinger = 20 * time.Millisecond
-
 // nextBatch returns the ring entries after latest for the next transaction
 // and their encodings. If the last write was recent (the exporter is under
-// load) and the batch is not full, it lingers briefly for more.
+// load) and the batch is not full, it lingers up to ExportLinger for more:
+// etcd then takes one transaction per many entries instead of one per few,
+// and each transaction's Exported entry is one Raft entry less. Idle, an
+// entry goes at once.
 func (n *Node) nextBatch(ctx context.Context, latest uint64, lastWrite time.Time) ([]oplog.Entry, [][]byte) {
 	var pending fsm.Pending
 	read := func() {
 		n.sm.read(func(f *fsm.FSM) { pending = f.RingAfter(latest, n.etcd.MaxBatch()) })
 	}
 	read()
-	if pending.Len() > 0 && pending.Len() < n.etcd.MaxBatch() && time.Since(lastWrite) <= 2*exportLinger {
+	if linger := n.cfg.ExportLinger; linger > 0 && pending.Len() > 0 && pending.Len() < n.etcd.MaxBatch() && time.Since(lastWrite) <= 2*linger {
 		n.linger(ctx, func() bool { read(); return pending.Len() >= n.etcd.MaxBatch() })
 	}
 	batch := pending.Entries()       // outside the state's lock
@@ -188,10 +186,10 @@ func (n *Node) nextBatch(ctx context.Context, latest uint64, lastWrite time.Time
 	return batch[:len(values)], values
 }
 
-// linger waits up to exportLinger for more entries, until full says the
+// linger waits up to ExportLinger for more entries, until full says the
 // batch is.
 func (n *Node) linger(ctx context.Context, full func() bool) {
-	t := time.NewTimer(exportLinger)
+	t := time.NewTimer(n.cfg.ExportLinger)
 	defer t.Stop()
 	for {
 		select {

@@ -314,3 +314,39 @@ func TestEtcdFollowerSeesOverwrites(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, uint64(3), o.KeySeq, "PUT_END 1, REMOVE 2, PUT_END 3")
 }
+
+// TestExportLinger: an OpLog entry after a quiet spell goes to etcd at
+// once; one right behind an export waits, up to the linger, for a fuller
+// transaction, and goes as soon as the transaction is full; with no linger
+// nothing waits.
+func TestExportLinger(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		linger time.Duration
+	}{
+		{"an hour", time.Hour},
+		{"none", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := testEtcd(t)
+			e.MaxTxnOps = 8
+			c := newCluster(t, 1, time.Hour, withEtcd(e), func(c *Config) { c.ExportLinger = tc.linger })
+			nd := c.nodes[c.leader()]
+			mountSegments(t, nd)
+			exported := func() bool { return nd.exportedSeq.Load() == nd.Status().AppliedSeq }
+
+			put(t, nd, "first")
+			require.Eventually(t, exported, 10*time.Second, 5*time.Millisecond, "an entry after a quiet spell goes at once")
+			put(t, nd, "second")
+			if tc.linger == 0 {
+				require.Eventually(t, exported, 10*time.Second, 5*time.Millisecond, "with no linger nothing waits")
+				return
+			}
+			require.Never(t, exported, time.Second, 10*time.Millisecond, "right behind an export, an entry waits for a fuller transaction")
+			for i := 1; i < nd.etcd.MaxBatch(); i++ {
+				put(t, nd, fmt.Sprintf("more%d", i))
+			}
+			require.Eventually(t, exported, 10*time.Second, 5*time.Millisecond, "a full transaction goes at once")
+		})
+	}
+}

@@ -396,6 +396,7 @@ func TestConfigValidation(t *testing.T) {
 		{"no data dir", func(c *Config) { c.DataDir = "" }},
 		{"no raft addr", func(c *Config) { c.RaftAddr = "" }},
 		{"zero tick", func(c *Config) { c.Tick = 0 }},
+		{"negative export linger", func(c *Config) { c.ExportLinger = -time.Millisecond }},
 		{"bootstrap without peers", func(c *Config) { c.Bootstrap = true }},
 		{"bootstrap without self", func(c *Config) { c.Bootstrap, c.Peers = true, []Peer{{"x", "127.0.0.1:1"}} }},
 		{"bad params", func(c *Config) { c.Params.LeaseTTLMs = 0 }},

@@ -100,6 +100,7 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	fs.StringVar(&cfg.Etcd.Prefix, "etcd-prefix", "mooncake-store", "prefix of every moonraft key in etcd")
 	fs.IntVar(&cfg.Etcd.MaxTxnOps, "etcd-max-txn-ops", 128, "etcd's --max-txn-ops: an export transaction writes this many operations at most")
 	fs.BoolVar(&cfg.ExportRenewals, "etcd-export-renewals", cfg.ExportRenewals, "write lease renewals to etcd once a second")
+	fs.DurationVar(&cfg.ExportLinger, "etcd-export-linger", cfg.ExportLinger, "under load, how long an OpLog entry may wait for a fuller etcd transaction (0: none)")
 	fs.Uint64Var(&cfg.OplogRetain, "oplog-retain", cfg.OplogRetain, "OpLog entries kept in etcd behind the last snapshot")
 	fs.Uint64Var(&cfg.Params.ExportRingCap, "export-ring", cfg.Params.ExportRingCap, "OpLog entries held while etcd is unreachable before writes are refused")
 	etcdCert := fs.String("etcd-cert", "", "client certificate for etcd (PEM; default --tls-cert when an etcd endpoint is https://)")
