@@ -67,35 +67,20 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	if limit <= 0 {
 		limit = 256
 	}
-	out := make(chan []byte, limit)
 	// Workers live as long as the connection and are started as calls need
 	// them (up to limit): a goroutine per call would grow a fresh stack for
-	// every call, the reflection of the codec being deep.
+	// every call, the reflection of the codec being deep. Each writes its
+	// own answer (no hand-off to a writer goroutine).
+	w := &connWriter{c: c, fail: cancel}
 	work := make(chan Request)
 	workers := 0
 	var calls sync.WaitGroup
 	worker := func(req Request) {
-		out <- s.answer(ctx, req)
+		w.send(s.answer(ctx, req))
 		for req := range work {
-			out <- s.answer(ctx, req)
+			w.send(s.answer(ctx, req))
 		}
 	}
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		w := bufio.NewWriter(c)
-		for frame := range out {
-			if _, err := w.Write(frame); err != nil {
-				cancel()
-				continue // drain: calls still finishing send here
-			}
-			if len(out) == 0 {
-				if err := w.Flush(); err != nil {
-					cancel()
-				}
-			}
-		}
-	}()
 	r := bufio.NewReader(c)
 	for {
 		req, err := ReadRequest(r)
@@ -125,8 +110,49 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	}
 	close(work)
 	calls.Wait()
-	close(out)
-	<-writerDone
+}
+
+// connWriter writes a connection's answers as their calls finish. A call
+// that finds nobody writing writes at once; answers that finish while a
+// write is under way are gathered and go in the next write (one system
+// call for them all), written by the call that was writing.
+type connWriter struct {
+	c    net.Conn
+	fail func() // ends the connection after a failed write
+
+	mu      sync.Mutex
+	pending []byte // answers waiting for the next write
+	spare   []byte // the buffer of the last write, reused
+	writing bool
+	failed  bool
+}
+
+func (w *connWriter) send(frame []byte) {
+	w.mu.Lock()
+	if w.failed {
+		w.mu.Unlock()
+		return
+	}
+	w.pending = append(w.pending, frame...)
+	if w.writing {
+		w.mu.Unlock()
+		return
+	}
+	w.writing = true
+	for len(w.pending) > 0 && !w.failed {
+		b := w.pending
+		w.pending = w.spare[:0]
+		w.mu.Unlock()
+		_, err := w.c.Write(b)
+		w.mu.Lock()
+		w.spare = b
+		if err != nil {
+			w.failed = true
+			w.fail()
+		}
+	}
+	w.writing = false
+	w.mu.Unlock()
 }
 
 // MsgForwarded marks a request one moonraft node forwarded to another

@@ -38,7 +38,7 @@ func Marshal(v any) ([]byte, error) {
 	case 8:
 		meta |= 3 << metaSizeShift
 	}
-	out := binary.LittleEndian.AppendUint32(make([]byte, 0, 64), Hash(l.literal)|1)
+	out := binary.LittleEndian.AppendUint32(make([]byte, 0, 64), l.hash|1)
 	out = append(out, meta)
 	out = append(append(out, l.literal...), 0)
 	e := encoder{b: out, width: width}
@@ -303,7 +303,7 @@ func Unmarshal(b []byte, v any) error {
 		return fmt.Errorf("structpack: %d bytes, too short for the type hash", len(b))
 	}
 	head := binary.LittleEndian.Uint32(b)
-	if want := Hash(l.literal); head&^1 != want {
+	if want := l.hash; head&^1 != want {
 		return fmt.Errorf("%w: type hash %#08x, %v is %#08x", ErrMismatch, head&^1, rv.Type().Elem(), want)
 	}
 	d := decoder{b: b[4:], width: 1}

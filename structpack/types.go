@@ -120,6 +120,7 @@ func asVariant(v reflect.Value) Variant {
 // copied as its C layout, its size and alignment.
 type layout struct {
 	literal []byte
+	hash    uint32 // Hash(literal), for top-level types (set by layoutOf)
 	trivial bool // fixed size: copied as its C layout
 	size    int
 	align   int
@@ -135,6 +136,7 @@ func layoutOf(t reflect.Type) (*layout, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.hash = Hash(l.literal)
 	layouts.Store(t, l)
 	return l, nil
 }
