@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/moonraft/moonraft/structpack"
 )
@@ -15,6 +16,15 @@ import (
 // function's result, or a coro_rpc error code (not ErrcOK) and message.
 type Handler interface {
 	Call(ctx context.Context, functionID uint32, body []byte) (result []byte, errc Errc, msg string)
+}
+
+// Inliner is what a Handler may also be. Inline reports whether a call of
+// functionID is quick (a read served from memory): such a call that
+// arrives when nothing else of its connection is in flight or waiting is
+// run by the connection's reader itself, which saves waking a worker; a
+// slow one run so would hold up the requests behind it.
+type Inliner interface {
+	Inline(functionID uint32) bool
 }
 
 // Logger is what the server logs through (hclog's and slog's loggers both
@@ -75,12 +85,16 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	work := make(chan Request)
 	workers := 0
 	var calls sync.WaitGroup
+	var inFlight atomic.Int32 // calls handed to workers and not yet answered
 	worker := func(req Request) {
 		w.send(s.answer(ctx, req))
+		inFlight.Add(-1)
 		for req := range work {
 			w.send(s.answer(ctx, req))
+			inFlight.Add(-1)
 		}
 	}
+	inliner, _ := s.Handler.(Inliner)
 	r := bufio.NewReader(c)
 	for {
 		req, err := ReadRequest(r)
@@ -90,6 +104,11 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			}
 			break
 		}
+		if inliner != nil && inFlight.Load() == 0 && r.Buffered() == 0 && inliner.Inline(req.Header.FunctionID) {
+			w.send(s.answer(ctx, req))
+			continue
+		}
+		inFlight.Add(1)
 		select {
 		case work <- req: // an idle worker took it
 			continue

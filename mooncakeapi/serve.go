@@ -51,6 +51,17 @@ func (h *Handler) Call(ctx context.Context, id uint32, body []byte) ([]byte, cor
 	return m(ctx, body)
 }
 
+// keyReads are the reads of given keys: answered from the leader's memory
+// under its read lease (or after one quorum round when it has lapsed).
+var keyReads = map[uint32]bool{
+	FunctionID("GetReplicaList"): true, FunctionID("BatchGetReplicaList"): true,
+	FunctionID("ExistKey"): true, FunctionID("BatchExistKey"): true,
+}
+
+// Inline implements cororpc.Inliner: the key reads are quick where they
+// are answered, on the leader.
+func (h *Handler) Inline(id uint32) bool { return keyReads[id] }
+
 // serve registers f as the function name, after checking its Go types are
 // the ones the protocol table says.
 func serve[A, R any](h *Handler, name string, f func(ctx context.Context, a A) R) {

@@ -63,12 +63,12 @@ type Config struct {
 
 	// Etcd is where the leader exports the OpLog; no endpoints: no export.
 	Etcd           etcdbridge.Config
-	ExportRenewals bool   // write lease_renewals/ once a second
+	ExportRenewals bool // write lease_renewals/ once a second
 	// ExportLinger is how long the exporter, under load, waits for a fuller
 	// etcd transaction (Kafka's linger.ms): the longest an entry waits
 	// before etcd's watchers can see it. 0: every entry as soon as read.
 	ExportLinger time.Duration
-	OplogRetain    uint64 // OpLog entries kept in etcd behind the last snapshot
+	OplogRetain  uint64 // OpLog entries kept in etcd behind the last snapshot
 
 	// TLS secures the node's gRPC server and client, and its Raft
 	// transport (a TLS stream layer); with a CA, both require mutual TLS.

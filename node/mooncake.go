@@ -25,6 +25,12 @@ type mooncakeFront struct {
 	fwd   cororpc.Pool
 }
 
+// Inline implements cororpc.Inliner: a key read is quick on the leader; on
+// a follower it is a forward, a round trip to the leader.
+func (m *mooncakeFront) Inline(id uint32) bool {
+	return m.local.Inline(id) && m.n.IsLeader()
+}
+
 func (m *mooncakeFront) Call(ctx context.Context, id uint32, body []byte) ([]byte, cororpc.Errc, string) {
 	if cororpc.Forwarded(ctx) { // views disagree: no second hop
 		return m.local.Call(ctx, id, body)
