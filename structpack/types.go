@@ -121,7 +121,7 @@ func asVariant(v reflect.Value) Variant {
 type layout struct {
 	literal []byte
 	hash    uint32 // Hash(literal), for top-level types (set by layoutOf)
-	trivial bool // fixed size: copied as its C layout
+	trivial bool   // fixed size: copied as its C layout
 	size    int
 	align   int
 }
