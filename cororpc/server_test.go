@@ -30,12 +30,25 @@ func (sleeper) Call(ctx context.Context, id uint32, body []byte) ([]byte, Errc, 
 	return body, ErrcOK, ""
 }
 
-func startServer(t *testing.T) net.Conn {
+// quickReads is sleeper with function 2 too: an immediate echo that the
+// server may run on the connection's reader.
+type quickReads struct{ sleeper }
+
+func (q quickReads) Call(ctx context.Context, id uint32, body []byte) ([]byte, Errc, string) {
+	if id == 2 {
+		return body, ErrcOK, ""
+	}
+	return q.sleeper.Call(ctx, id, body)
+}
+
+func (quickReads) Inline(id uint32) bool { return id == 2 }
+
+func startServer(t *testing.T, h Handler) net.Conn {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- (&Server{Handler: sleeper{}, Logger: slog.New(slog.DiscardHandler)}).Serve(ctx, l) }()
+	go func() { done <- (&Server{Handler: h, Logger: slog.New(slog.DiscardHandler)}).Serve(ctx, l) }()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
@@ -51,7 +64,7 @@ func call(seq, id, sleepMs uint32) []byte {
 }
 
 func TestServerAnswersOutOfOrder(t *testing.T) {
-	c := startServer(t)
+	c := startServer(t, sleeper{})
 	var frames []byte
 	frames = append(frames, call(1, 1, 300)...) // slow
 	frames = append(frames, call(2, 1, 0)...)
@@ -77,8 +90,36 @@ func TestServerAnswersOutOfOrder(t *testing.T) {
 	assert.Equal(t, uint32(1), seqs[2], "the slow call answers last, after the ones sent behind it")
 }
 
+// TestInlineCallWaitsForNothing: a quick call is answered on an idle
+// connection, and one sent behind a slow call still in flight is not held
+// up by it.
+func TestInlineCallWaitsForNothing(t *testing.T) {
+	c := startServer(t, quickReads{})
+	r := bufio.NewReader(c)
+	_, err := c.Write(call(1, 2, 7))
+	require.NoError(t, err)
+	resp, err := ReadResponse(r)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(1), resp.Header.Seq)
+	assert.Equal(t, binary.LittleEndian.AppendUint32(nil, 7), resp.Body)
+
+	_, err = c.Write(call(2, 1, 300)) // slow, on a worker
+	require.NoError(t, err)
+	time.Sleep(20 * time.Millisecond) // read by the server before the next
+	_, err = c.Write(call(3, 2, 0))
+	require.NoError(t, err)
+	var seqs []uint32
+	for range 2 {
+		resp, err := ReadResponse(r)
+		require.NoError(t, err)
+		assert.Equal(t, ErrcOK, resp.Header.Errc)
+		seqs = append(seqs, resp.Header.Seq)
+	}
+	assert.Equal(t, []uint32{3, 2}, seqs, "the quick call does not wait behind the slow one")
+}
+
 func TestServerClosesOnProtocolError(t *testing.T) {
-	c := startServer(t)
+	c := startServer(t, sleeper{})
 	_, err := c.Write(append([]byte{Magic + 1}, make([]byte, ReqHeaderLen-1)...))
 	require.NoError(t, err)
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
