@@ -154,15 +154,21 @@ func TestCaptureGolden(t *testing.T) {
 	rec := &recorder{keep: 2, reqs: map[string]cororpc.Request{}, pairs: map[uint32][][2][]byte{}}
 	go proxy(ctx, t, l, masterAddr, rec)
 
-	run := func(name string, args ...string) {
-		cmd := exec.CommandContext(ctx, filepath.Join(dir, "bin", name), args...)
+	run := func(bin string, args ...string) {
+		cmd := exec.CommandContext(ctx, bin, args...)
 		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%s %v:\n%s", name, args, out)
-		t.Logf("%s %v: %s", name, args, lastLine(out))
+		require.NoError(t, err, "%s %v:\n%s", bin, args, out)
+		t.Logf("%s %v: %s", filepath.Base(bin), args, lastLine(out))
 	}
-	run("store_c_smoke", l.Addr().String())
+	run(filepath.Join(dir, "bin/store_c_smoke"), l.Addr().String())
+	calls := filepath.Join(t.TempDir(), "calls")
+	cc := exec.Command("gcc", "-O2", "-o", calls, "testdata/calls.c", "-I"+filepath.Join(dir, "include"),
+		"-L"+filepath.Join(dir, "lib"), "-lmooncake_store", "-Wl,-rpath,"+filepath.Join(dir, "lib"))
+	ccOut, err := cc.CombinedOutput()
+	require.NoError(t, err, "build testdata/calls.c:\n%s", ccOut)
+	run(calls, l.Addr().String())
 	for _, op := range []string{"Put", "Get", "BatchPut", "BatchGet"} {
-		run("master_bench", "--master_server="+l.Addr().String(), "--operation="+op, "--duration=1",
+		run(filepath.Join(dir, "bin/master_bench"), "--master_server="+l.Addr().String(), "--operation="+op, "--duration=1",
 			"--num_clients=1", "--batch_size=2", "--num_segments=1")
 	}
 	time.Sleep(200 * time.Millisecond)

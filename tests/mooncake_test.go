@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,6 +69,13 @@ func TestMooncakeClients(t *testing.T) {
 		assert.Contains(t, out, `get_into n=25 value="hello from store_c_smoke"`, "the bytes read back are the bytes written, through %s", p.ID)
 		assert.Contains(t, out, "SMOKE OK", p.ID)
 	}
+
+	// The C API's batch exist and removes by regex and of everything, whose
+	// frames `make mooncake-golden` captures from the real master.
+	calls := buildC(t, filepath.Dir(filepath.Dir(smoke)), filepath.Join("..", "mooncakeapi", "testdata", "calls.c"), filepath.Join(dir, "calls"))
+	out := runMooncake(t, time.Minute, calls, c.Procs[(slices.Index(c.Procs, leader)+1)%len(c.Procs)].MooncakeAddr)
+	assert.Contains(t, out, "batch_is_exist rc=0 found=1,1,0\nremove_by_regex removed=1\nremove_by_regex (no match) removed=0\nremove_all removed=1\nremove_all (empty) removed=0\nCALLS OK",
+		"the same answers as mooncake_master, through a follower")
 
 	for _, op := range []string{"Put", "Get", "BatchPut", "BatchGet"} {
 		out := runMooncake(t, time.Minute, bench, "--master_server="+leader.MooncakeAddr, "--operation="+op, "--duration=2")
@@ -211,10 +219,16 @@ func TestMooncakeClientSurvivesLeaderKill(t *testing.T) {
 
 // buildLoop compiles tests/mooncakeloop against the Mooncake build in mc.
 func buildLoop(t *testing.T, mc, out string) string {
+	return buildC(t, mc, filepath.Join("mooncakeloop", "loop.c"), out)
+}
+
+// buildC compiles src (relative to tests/) against the Mooncake build in
+// mc's C API.
+func buildC(t *testing.T, mc, src, out string) string {
 	_, self, _, _ := runtime.Caller(0)
-	cc := exec.Command("gcc", "-O2", "-o", out, filepath.Join(filepath.Dir(self), "mooncakeloop", "loop.c"),
+	cc := exec.Command("gcc", "-O2", "-o", out, filepath.Join(filepath.Dir(self), src),
 		"-I"+filepath.Join(mc, "include"), "-L"+filepath.Join(mc, "lib"), "-lmooncake_store", "-Wl,-rpath,"+filepath.Join(mc, "lib"))
 	b, err := cc.CombinedOutput()
-	require.NoError(t, err, "build the Mooncake client loop:\n%s", b)
+	require.NoError(t, err, "build %s against Mooncake's C API:\n%s", src, b)
 	return out
 }
