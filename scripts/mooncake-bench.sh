@@ -21,14 +21,37 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# bench SYSTEM ADDR: one master_bench run per operation and client count.
+# settle ENDPOINTS: wait until the last master_bench client's segments are
+# gone from moonraft. master_bench stops pinging before it unmounts its 128
+# segments one by one; each unmount drops its objects through Raft, so the
+# last ones can outlive the client's session and still be mounted when the
+# next run mounts segments of the same names (SEGMENT_ALREADY_EXISTS).
+settle() {
+  for _ in $(seq 1 300); do
+    [ "$("$BIN/moonctl" --endpoints "$1" --timeout 2s segment status 2>/dev/null | grep -c segment_client)" = 0 ] && return
+    sleep 0.2
+  done
+  echo "segments of the last run still mounted after 60 s" >&2
+  exit 1
+}
+
+# bench SYSTEM ADDR [ENDPOINTS]: one master_bench run per operation and
+# client count (with ENDPOINTS, each run waits for the last one's segments
+# to go).
 declare -A result
 bench() {
   for op in $OPS; do
     for n in $CLIENTS; do
       echo "  $1 $op, $n clients, ${DURATION}s..." >&2
-      out=$("$MC/bin/master_bench" --master_server="$2" --operation="$op" --duration="$DURATION" --num_clients="$n" 2>/dev/null)
-      result[$1,$op,$n]=$(echo "$out" | sed -n 's/^Operations per second: //p')
+      if ! "$MC/bin/master_bench" --master_server="$2" --operation="$op" --duration="$DURATION" --num_clients="$n" \
+        >"$dir/bench.out" 2>&1; then
+        echo "master_bench $op against $1 failed; its last lines:" >&2
+        tail -20 "$dir/bench.out" >&2
+        exit 1
+      fi
+      result[$1,$op,$n]=$(sed -n 's/^Operations per second: //p' "$dir/bench.out")
+      echo "    ${result[$1,$op,$n]} ops/s" >&2
+      [ -z "${3:-}" ] || settle "$3"
     done
   done
 }
@@ -61,7 +84,7 @@ for _ in $(seq 1 100); do
   sleep 0.2
 done
 [ -n "$leader" ] || { echo "no leader" >&2; exit 1; }
-bench moonraft "127.0.0.1:1780${leader#n}"
+bench moonraft "127.0.0.1:1780${leader#n}" 127.0.0.1:17700,127.0.0.1:17701,127.0.0.1:17702
 
 echo "| operation | clients | mooncake_master ops/s | moonraft ops/s | moonraft × |"
 echo "|---|---|---|---|---|"

@@ -64,15 +64,19 @@ func lengthWidth(n int) int {
 // every length (size_info.max_size).
 func maxLen(v reflect.Value) int {
 	t := v.Type()
-	switch {
-	case t == reflect.TypeFor[Void]():
+	c := classOther
+	if l, err := layoutOf(t); err == nil { // else encoding fails anyway
+		c = l.class
+	}
+	switch c {
+	case classVoid:
 		return 0
-	case isVariant(t):
+	case classVariant:
 		if vv := asVariant(v); vv.Value() != nil {
 			return maxLen(reflect.ValueOf(vv.Value()))
 		}
 		return 0
-	case isExpected(t):
+	case classExpected:
 		if v.Field(1).Int() != 0 {
 			return 0
 		}
@@ -135,17 +139,21 @@ func (e *encoder) length(n int) {
 
 func (e *encoder) value(v reflect.Value) error {
 	t := v.Type()
-	switch {
-	case t == reflect.TypeFor[Void]():
+	l, err := layoutOf(t)
+	if err != nil {
+		return err
+	}
+	switch l.class {
+	case classVoid:
 		return nil
-	case isVariant(t):
+	case classVariant:
 		vv := asVariant(v)
 		if vv.Value() == nil {
 			return errors.New("structpack: a variant holds nothing")
 		}
 		e.b = append(e.b, byte(vv.Index()))
 		return e.value(reflect.ValueOf(vv.Value()))
-	case isExpected(t):
+	case classExpected:
 		if code := v.Field(1).Int(); code != 0 {
 			e.b = append(e.b, 0)
 			e.b = binary.LittleEndian.AppendUint32(e.b, uint32(int32(code)))
@@ -153,10 +161,6 @@ func (e *encoder) value(v reflect.Value) error {
 		}
 		e.b = append(e.b, 1)
 		return e.value(v.Field(0))
-	}
-	l, err := layoutOf(t)
-	if err != nil {
-		return err
 	}
 	if l.trivial {
 		start := len(e.b)
@@ -388,10 +392,14 @@ func (d *decoder) flag() (bool, error) {
 
 func (d *decoder) value(v reflect.Value) error {
 	t := v.Type()
-	switch {
-	case t == reflect.TypeFor[Void]():
+	l, err := layoutOf(t)
+	if err != nil {
+		return err
+	}
+	switch l.class {
+	case classVoid:
 		return nil
-	case isVariant(t):
+	case classVariant:
 		p, err := d.take(1)
 		if err != nil {
 			return err
@@ -407,7 +415,7 @@ func (d *decoder) value(v reflect.Value) error {
 		}
 		vv.Set(int(p[0]), alt.Interface())
 		return nil
-	case isExpected(t):
+	case classExpected:
 		ok, err := d.flag()
 		if err != nil {
 			return err
@@ -425,10 +433,6 @@ func (d *decoder) value(v reflect.Value) error {
 		}
 		v.Field(1).SetInt(int64(code))
 		return nil
-	}
-	l, err := layoutOf(t)
-	if err != nil {
-		return err
 	}
 	if l.trivial {
 		p, err := d.take(l.size)
