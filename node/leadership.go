@@ -209,9 +209,11 @@ func (l *leadership) remaining() time.Duration {
 // waking although a successor was elected and wrote meanwhile
 // (TestLogRoundIgnoresAcksSentBeforeIt; found by the fault suite's
 // pause-leader). The entry costs a log write on a quorum: once per lease
-// renewal in lease mode, once per shared round in quorum mode.
-func logRound(r *raft.Raft, wait func(raft.Future) error, enqueue time.Duration) error {
-	err := wait(r.Barrier(enqueue))
+// renewal in lease mode, once per shared round in quorum mode. It waits to
+// be queued however long the leader's apply queue is full (raft answers it
+// on shutdown or lost leadership); each reader waits within its deadline.
+func logRound(r *raft.Raft, wait func(raft.Future) error) error {
+	err := wait(r.Barrier(0))
 	if errors.Is(err, raft.ErrLeadershipLost) {
 		// Nothing was written: for a read this is plain "not the leader".
 		return raft.ErrNotLeader

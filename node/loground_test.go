@@ -130,7 +130,7 @@ func TestLogRoundIgnoresAcksSentBeforeIt(t *testing.T) {
 		confirmed bool
 	}{
 		{"VerifyLeader", func(r *raft.Raft) error { return r.VerifyLeader().Error() }, true},
-		{"logRound", func(r *raft.Raft) error { return logRound(r, raft.Future.Error, time.Second) }, false},
+		{"logRound", func(r *raft.Raft) error { return logRound(r, raft.Future.Error) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fence := &pauseFence{}

@@ -126,7 +126,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	// Raft is started below; the rounds only run once it is.
 	n.leadership = &leadership{
-		verify: func() error { return logRound(n.raft, n.wait, cfg.HeartbeatTimeout) },
+		verify: func() error { return logRound(n.raft, n.wait) },
 		term:   func() uint64 { return n.raft.CurrentTerm() },
 		now:    time.Now,
 	}
