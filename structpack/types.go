@@ -99,14 +99,10 @@ type Trivial interface{ StructPackTrivial() }
 
 var trivialType = reflect.TypeFor[Trivial]()
 
-// kind of a Go type as struct_pack sees it. Encoding and decoding ask a
-// value's layout (layoutOf, one cached lookup), which holds its class:
-// reflect's Implements and PointerTo per value were a tenth of a leader's
-// CPU under batch reads.
-func isExpected(t reflect.Type) bool { return classOf(t) == classExpected }
-
-func isVariant(t reflect.Type) bool { return classOf(t) == classVariant }
-
+// class is the kind of a Go type as struct_pack sees it. Its layout holds
+// it, so encoding and decoding ask one cached lookup per value: reflect's
+// Implements and PointerTo per value were a tenth of a leader's CPU under
+// batch reads.
 type class uint8
 
 const (
@@ -142,9 +138,9 @@ func asVariant(v reflect.Value) Variant {
 // copied as its C layout, its size and alignment.
 type layout struct {
 	literal []byte
-	hash    uint32 // Hash(literal), for top-level types (set by layoutOf)
-	class   class  // set by layoutOf
-	trivial bool   // fixed size: copied as its C layout
+	hash    uint32 // Hash(literal), set by layoutOf on the layouts it caches
+	class   class
+	trivial bool // fixed size: copied as its C layout
 	size    int
 	align   int
 }
@@ -159,7 +155,7 @@ func layoutOf(t reflect.Type) (*layout, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.hash, l.class = Hash(l.literal), classOf(t)
+	l.hash = Hash(l.literal)
 	layouts.Store(t, l)
 	return l, nil
 }
@@ -174,10 +170,10 @@ func computeLayout(t reflect.Type, parents []reflect.Type) (*layout, error) {
 			return nil, fmt.Errorf("structpack: recursive type %v", t)
 		}
 	}
-	switch {
-	case t == reflect.TypeFor[Void]():
-		return &layout{literal: []byte{idMonostate}}, nil
-	case isVariant(t):
+	switch classOf(t) {
+	case classVoid:
+		return &layout{literal: []byte{idMonostate}, class: classVoid}, nil
+	case classVariant:
 		lit := []byte{idVariant}
 		alts := reflect.New(t).Interface().(Variant).Alternatives()
 		for _, a := range alts {
@@ -187,13 +183,13 @@ func computeLayout(t reflect.Type, parents []reflect.Type) (*layout, error) {
 			}
 			lit = append(lit, al.literal...)
 		}
-		return &layout{literal: append(lit, idEnd)}, nil
-	case isExpected(t):
+		return &layout{literal: append(lit, idEnd), class: classVariant}, nil
+	case classExpected:
 		vl, err := computeLayout(t.Field(0).Type, append(parents, t))
 		if err != nil {
 			return nil, err
 		}
-		return &layout{literal: append(append([]byte{idExpected}, vl.literal...), idInt32)}, nil
+		return &layout{literal: append(append([]byte{idExpected}, vl.literal...), idInt32), class: classExpected}, nil
 	}
 	switch t.Kind() {
 	case reflect.Bool:
