@@ -128,10 +128,6 @@ type FSM struct {
 	discarded []discard
 
 	// Derived indexes, rebuilt on restore and not part of the digest.
-	// byKey holds every object of the tree: a key lookup (a read, a
-	// renewal, a PutEnd) without a descent of it. Only looked up, never
-	// iterated: the tree gives the order.
-	byKey      map[string]*object
 	processing procIndex
 	tombQueue  []tombstone // in removal order: removedAtMs never decreases
 }
@@ -147,7 +143,6 @@ func New() *FSM {
 		objects:    btree.NewG(btreeDegree, func(a, b objItem) bool { return a.key < b.key }),
 		tombstones: btree.NewG(btreeDegree, func(a, b tombstone) bool { return a.key < b.key }),
 		replaced:   map[string][]replica{},
-		byKey:      map[string]*object{},
 		processing: newProcIndex(),
 	}
 }
@@ -255,13 +250,12 @@ func (f *FSM) exportFull() error {
 }
 
 func (f *FSM) getObject(key string) (*object, bool) {
-	o, ok := f.byKey[key]
-	return o, ok
+	it, ok := f.objects.Get(objItem{key: key})
+	return it.obj, ok
 }
 
 func (f *FSM) putObject(key string, o *object) {
 	f.objects.ReplaceOrInsert(objItem{key, o})
-	f.byKey[key] = o
 	if o.processing() {
 		f.processing.set(key, o)
 	} else {

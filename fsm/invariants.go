@@ -18,10 +18,6 @@ func (f *FSM) CheckInvariants() error {
 	procs := 0
 	f.objects.Ascend(func(it objItem) bool {
 		o := it.obj
-		if f.byKey[it.key] != o {
-			err = fmt.Errorf("object %q missing from the key index, or another object there", it.key)
-			return false
-		}
 		if len(o.replicas) == 0 {
 			err = fmt.Errorf("object %q has no replica", it.key)
 			return false
@@ -68,9 +64,6 @@ func (f *FSM) CheckInvariants() error {
 	}
 	for _, d := range f.discarded {
 		held(d.replicas)
-	}
-	if len(f.byKey) != f.objects.Len() {
-		return fmt.Errorf("key index holds %d entries for %d objects", len(f.byKey), f.objects.Len())
 	}
 	if procs != f.processing.len() {
 		return fmt.Errorf("PROCESSING index holds %d entries for %d objects", f.processing.len(), procs)

@@ -318,9 +318,8 @@ func (f *FSM) discard(key string, o *object) {
 	f.forget(key)
 }
 
-// forget takes o out of the object tree and its indexes.
+// forget takes o out of the object tree and the PROCESSING index.
 func (f *FSM) forget(key string) {
 	f.objects.Delete(objItem{key: key})
-	delete(f.byKey, key)
 	f.processing.remove(key)
 }
