@@ -39,11 +39,7 @@ unit:
 	$(GO) test -race -count=1 $(PKGS)
 
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
-		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg; \
-	done
+	@FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh $(FUZZ_TARGETS)
 
 # Mooncake's master_bench against mooncake_master and against moonraft, in
 # one sitting (docs/BENCHMARKS.md).
