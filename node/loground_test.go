@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,6 +42,10 @@ func (f *pauseFence) heartbeatsAnswered() int {
 
 func (f *pauseFence) resume() {
 	f.mu.Lock()
+	if f.paused == "" {
+		f.mu.Unlock()
+		return
+	}
 	f.paused = ""
 	close(f.wake)
 	f.mu.Unlock()
@@ -99,7 +104,8 @@ func (t *fencedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddr
 	return t.InmemTransport.AppendEntries(id, target, args, resp)
 }
 
-func (t *fencedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+// vote fences a (pre-)vote request: votes carry no heartbeat.
+func (t *fencedTransport) vote(target raft.ServerAddress) error {
 	refuse, _, held := t.fence.call(t.LocalAddr(), target, false)
 	switch {
 	case refuse:
@@ -107,7 +113,21 @@ func (t *fencedTransport) RequestVote(id raft.ServerID, target raft.ServerAddres
 	case held != nil:
 		<-held
 	}
+	return nil
+}
+
+func (t *fencedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if err := t.vote(target); err != nil {
+		return err
+	}
 	return t.InmemTransport.RequestVote(id, target, args, resp)
+}
+
+func (t *fencedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if err := t.vote(target); err != nil {
+		return err
+	}
+	return t.InmemTransport.RequestPreVote(id, target, args, resp)
 }
 
 type nopFSM struct{}
@@ -134,6 +154,12 @@ func TestLogRoundIgnoresAcksSentBeforeIt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fence := &pauseFence{}
+			dbg := &syncBuf{}
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Log(dbg.String())
+				}
+			})
 			var nodes []*raft.Raft
 			var trans []*fencedTransport
 			for i := 0; i < 3; i++ {
@@ -151,13 +177,14 @@ func TestLogRoundIgnoresAcksSentBeforeIt(t *testing.T) {
 			for i, tr := range trans {
 				c := raft.DefaultConfig()
 				c.LocalID = raft.ServerID([]string{"n0", "n1", "n2"}[i])
-				c.Logger = hclog.NewNullLogger()
+				c.Logger = hclog.New(&hclog.LoggerOptions{Name: string(c.LocalID), Output: dbg, Level: hclog.Debug})
 				// n0 leads with a leader lease long enough to stay leader
 				// through the pause (a paused process cannot step down);
-				// the followers start slow and turn quick once n0 pauses.
-				c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = time.Second, time.Second, time.Second
+				// the followers' timeouts are cut once n0 pauses (raft
+				// re-arms a follower's timer when its timeout shrinks).
+				c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 10*time.Second, 10*time.Second, 5*time.Second
 				if i > 0 {
-					c.LeaderLeaseTimeout = 50 * time.Millisecond
+					c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = time.Second, time.Second, 50*time.Millisecond
 				}
 				store := raft.NewInmemStore()
 				if i == 0 {
@@ -169,13 +196,21 @@ func TestLogRoundIgnoresAcksSentBeforeIt(t *testing.T) {
 				t.Cleanup(func() { _ = r.Shutdown().Error() })
 			}
 			l := nodes[0]
+			// Shrinking n0's timeout re-arms its timer, and having heard
+			// from no leader it stands at once instead of in 10-20 s.
+			rc := l.ReloadableConfig()
+			rc.HeartbeatTimeout, rc.ElectionTimeout = 5*time.Second, 5*time.Second
+			require.NoError(t, l.ReloadConfig(rc))
 			require.Eventually(t, func() bool { return l.State() == raft.Leader }, 10*time.Second, 10*time.Millisecond)
 			for i := 1; i < 3; i++ {
 				require.NoError(t, l.AddVoter(raft.ServerID([]string{"n0", "n1", "n2"}[i]), trans[i].LocalAddr(), 0, 5*time.Second).Error())
 			}
-			require.NoError(t, l.Barrier(5*time.Second).Error(), "every follower has the configuration")
+			require.NoError(t, l.Barrier(5*time.Second).Error())
+			require.Eventually(t, func() bool { return nodes[1].LastIndex() == l.LastIndex() && nodes[2].LastIndex() == l.LastIndex() },
+				5*time.Second, time.Millisecond, "every follower has the whole configuration (else the two cannot elect)")
 
 			fence.pause(trans[0].LocalAddr())
+			t.Cleanup(fence.resume) // runs before the shutdowns, which would wait on held calls
 			require.Eventually(t, func() bool { return fence.heartbeatsAnswered() == 2 }, 5*time.Second, time.Millisecond,
 				"each follower answers one more heartbeat before the successor is elected")
 			fast := raft.ReloadableConfig{HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond}
@@ -193,7 +228,7 @@ func TestLogRoundIgnoresAcksSentBeforeIt(t *testing.T) {
 					}
 				}
 				return false
-			}, 5*time.Second, 5*time.Millisecond, "the followers elect a successor")
+			}, 10*time.Second, 5*time.Millisecond, "the followers elect a successor")
 			require.NoError(t, successor.Apply([]byte("write"), time.Second).Error(), "the successor commits")
 			require.Equal(t, raft.Leader, l.State(), "the paused leader has not noticed")
 
@@ -215,3 +250,11 @@ func TestLogRoundIgnoresAcksSentBeforeIt(t *testing.T) {
 		})
 	}
 }
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
