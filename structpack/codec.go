@@ -28,7 +28,7 @@ func Marshal(v any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	width := lengthWidth(maxLen(rv))
+	width := lengthWidth(maxLen(rv, l))
 	meta := byte(metaTypeLiteral)
 	switch width {
 	case 2:
@@ -42,7 +42,7 @@ func Marshal(v any) ([]byte, error) {
 	out = append(out, meta)
 	out = append(append(out, l.literal...), 0)
 	e := encoder{b: out, width: width}
-	if err := e.value(rv); err != nil {
+	if err := e.value(rv, l); err != nil {
 		return nil, err
 	}
 	return e.b, nil
@@ -60,59 +60,57 @@ func lengthWidth(n int) int {
 	return 8
 }
 
-// maxLen is the longest string or container in v: it decides the width of
-// every length (size_info.max_size).
-func maxLen(v reflect.Value) int {
-	t := v.Type()
-	c := classOther
-	if l, err := layoutOf(t); err == nil { // else encoding fails anyway
-		c = l.class
-	}
-	switch c {
+// maxLen is the longest string or container in v (of layout l): it decides
+// the width of every length (size_info.max_size).
+func maxLen(v reflect.Value, l *layout) int {
+	switch l.class {
 	case classVoid:
 		return 0
 	case classVariant:
-		if vv := asVariant(v); vv.Value() != nil {
-			return maxLen(reflect.ValueOf(vv.Value()))
+		if vv := asVariant(v); vv.Value() != nil && vv.Index() < len(l.alts) {
+			return maxLen(reflect.ValueOf(vv.Value()), l.alts[vv.Index()])
 		}
 		return 0
 	case classExpected:
 		if v.Field(1).Int() != 0 {
 			return 0
 		}
-		return maxLen(v.Field(0))
+		return maxLen(v.Field(0), l.elem)
 	}
-	switch t.Kind() {
+	if l.trivial {
+		return 0
+	}
+	switch v.Kind() {
 	case reflect.String:
 		return v.Len()
-	case reflect.Slice, reflect.Map:
+	case reflect.Slice:
 		n := v.Len()
-		if t.Kind() == reflect.Slice {
-			for i := range v.Len() {
-				n = max(n, maxLen(v.Index(i)))
-			}
-		} else {
-			it := v.MapRange()
-			for it.Next() {
-				n = max(n, maxLen(it.Key()), maxLen(it.Value()))
-			}
+		for i := range v.Len() {
+			n = max(n, maxLen(v.Index(i), l.elem))
+		}
+		return n
+	case reflect.Map:
+		n := v.Len()
+		it := v.MapRange()
+		for it.Next() {
+			n = max(n, maxLen(it.Key(), l.key), maxLen(it.Value(), l.elem))
 		}
 		return n
 	case reflect.Array:
 		n := 0
 		for i := range v.Len() {
-			n = max(n, maxLen(v.Index(i)))
+			n = max(n, maxLen(v.Index(i), l.elem))
 		}
 		return n
 	case reflect.Pointer:
 		if v.IsNil() {
 			return 0
 		}
-		return maxLen(v.Elem())
+		return maxLen(v.Elem(), l.elem)
 	case reflect.Struct:
 		n := 0
-		for i := range v.NumField() {
-			n = max(n, maxLen(v.Field(i)))
+		for i, fl := range l.fields {
+			n = max(n, maxLen(v.Field(i), fl))
 		}
 		return n
 	}
@@ -137,12 +135,7 @@ func (e *encoder) length(n int) {
 	}
 }
 
-func (e *encoder) value(v reflect.Value) error {
-	t := v.Type()
-	l, err := layoutOf(t)
-	if err != nil {
-		return err
-	}
+func (e *encoder) value(v reflect.Value, l *layout) error {
 	switch l.class {
 	case classVoid:
 		return nil
@@ -151,8 +144,11 @@ func (e *encoder) value(v reflect.Value) error {
 		if vv.Value() == nil {
 			return errors.New("structpack: a variant holds nothing")
 		}
+		if vv.Index() >= len(l.alts) {
+			return fmt.Errorf("structpack: variant index %d of %d alternatives", vv.Index(), len(l.alts))
+		}
 		e.b = append(e.b, byte(vv.Index()))
-		return e.value(reflect.ValueOf(vv.Value()))
+		return e.value(reflect.ValueOf(vv.Value()), l.alts[vv.Index()])
 	case classExpected:
 		if code := v.Field(1).Int(); code != 0 {
 			e.b = append(e.b, 0)
@@ -160,28 +156,28 @@ func (e *encoder) value(v reflect.Value) error {
 			return nil
 		}
 		e.b = append(e.b, 1)
-		return e.value(v.Field(0))
+		return e.value(v.Field(0), l.elem)
 	}
 	if l.trivial {
 		start := len(e.b)
 		e.b = append(e.b, make([]byte, l.size)...)
-		putTrivial(e.b[start:], v)
+		putTrivial(e.b[start:], v, l)
 		return nil
 	}
-	switch t.Kind() {
+	switch v.Kind() {
 	case reflect.String:
 		e.length(v.Len())
 		e.b = append(e.b, v.String()...)
 	case reflect.Slice:
 		e.length(v.Len())
 		for i := range v.Len() {
-			if err := e.value(v.Index(i)); err != nil {
+			if err := e.value(v.Index(i), l.elem); err != nil {
 				return err
 			}
 		}
 	case reflect.Array:
 		for i := range v.Len() {
-			if err := e.value(v.Index(i)); err != nil {
+			if err := e.value(v.Index(i), l.elem); err != nil {
 				return err
 			}
 		}
@@ -190,10 +186,10 @@ func (e *encoder) value(v reflect.Value) error {
 		slices.SortFunc(keys, func(a, b reflect.Value) int { return compareKeys(a, b) })
 		e.length(len(keys))
 		for _, k := range keys {
-			if err := e.value(k); err != nil {
+			if err := e.value(k, l.key); err != nil {
 				return err
 			}
-			if err := e.value(v.MapIndex(k)); err != nil {
+			if err := e.value(v.MapIndex(k), l.elem); err != nil {
 				return err
 			}
 		}
@@ -203,15 +199,15 @@ func (e *encoder) value(v reflect.Value) error {
 			return nil
 		}
 		e.b = append(e.b, 1)
-		return e.value(v.Elem())
+		return e.value(v.Elem(), l.elem)
 	case reflect.Struct:
-		for i := range v.NumField() {
-			if err := e.value(v.Field(i)); err != nil {
+		for i, fl := range l.fields {
+			if err := e.value(v.Field(i), fl); err != nil {
 				return err
 			}
 		}
 	default:
-		return fmt.Errorf("structpack: cannot encode %v", t)
+		return fmt.Errorf("structpack: cannot encode %v", v.Type())
 	}
 	return nil
 }
@@ -242,9 +238,9 @@ func cmpOrdered[T int64 | uint64](a, b T) int {
 	return 0
 }
 
-// putTrivial writes v in its C layout into b (len(b) == its size; padding
-// stays zero).
-func putTrivial(b []byte, v reflect.Value) {
+// putTrivial writes v (of layout l) in its C layout into b (len(b) == its
+// size; padding stays zero).
+func putTrivial(b []byte, v reflect.Value, l *layout) {
 	switch v.Kind() {
 	case reflect.Bool:
 		if v.Bool() {
@@ -263,17 +259,15 @@ func putTrivial(b []byte, v reflect.Value) {
 	case reflect.Float64:
 		binary.LittleEndian.PutUint64(b, math.Float64bits(v.Float()))
 	case reflect.Array:
-		l, _ := layoutOf(v.Type().Elem())
 		for i := range v.Len() {
-			putTrivial(b[i*l.size:], v.Index(i))
+			putTrivial(b[i*l.elem.size:], v.Index(i), l.elem)
 		}
 	case reflect.Struct:
 		off := 0
-		for i := range v.NumField() {
-			l, _ := layoutOf(v.Field(i).Type())
-			off = roundUp(off, l.align)
-			putTrivial(b[off:off+l.size], v.Field(i))
-			off += l.size
+		for i, fl := range l.fields {
+			off = roundUp(off, fl.align)
+			putTrivial(b[off:off+fl.size], v.Field(i), fl)
+			off += fl.size
 		}
 	}
 }
@@ -329,7 +323,7 @@ func Unmarshal(b []byte, v any) error {
 			d.b = d.b[n+1:]
 		}
 	}
-	if err := d.value(rv.Elem()); err != nil {
+	if err := d.value(rv.Elem(), l); err != nil {
 		return err
 	}
 	if len(d.b) != 0 {
@@ -390,12 +384,8 @@ func (d *decoder) flag() (bool, error) {
 	return false, fmt.Errorf("structpack: boolean byte %d", p[0])
 }
 
-func (d *decoder) value(v reflect.Value) error {
+func (d *decoder) value(v reflect.Value, l *layout) error {
 	t := v.Type()
-	l, err := layoutOf(t)
-	if err != nil {
-		return err
-	}
 	switch l.class {
 	case classVoid:
 		return nil
@@ -410,7 +400,7 @@ func (d *decoder) value(v reflect.Value) error {
 			return fmt.Errorf("structpack: variant index %d of %d alternatives", p[0], len(alts))
 		}
 		alt := reflect.New(alts[p[0]]).Elem()
-		if err := d.value(alt); err != nil {
+		if err := d.value(alt, l.alts[p[0]]); err != nil {
 			return err
 		}
 		vv.Set(int(p[0]), alt.Interface())
@@ -421,7 +411,7 @@ func (d *decoder) value(v reflect.Value) error {
 			return err
 		}
 		if ok {
-			return d.value(v.Field(0))
+			return d.value(v.Field(0), l.elem)
 		}
 		p, err := d.take(4)
 		if err != nil {
@@ -439,7 +429,7 @@ func (d *decoder) value(v reflect.Value) error {
 		if err != nil {
 			return err
 		}
-		return getTrivial(p, v)
+		return getTrivial(p, v, l)
 	}
 	switch t.Kind() {
 	case reflect.String:
@@ -456,14 +446,14 @@ func (d *decoder) value(v reflect.Value) error {
 		}
 		s := reflect.MakeSlice(t, n, n)
 		for i := range n {
-			if err := d.value(s.Index(i)); err != nil {
+			if err := d.value(s.Index(i), l.elem); err != nil {
 				return err
 			}
 		}
 		v.Set(s)
 	case reflect.Array:
 		for i := range v.Len() {
-			if err := d.value(v.Index(i)); err != nil {
+			if err := d.value(v.Index(i), l.elem); err != nil {
 				return err
 			}
 		}
@@ -475,10 +465,10 @@ func (d *decoder) value(v reflect.Value) error {
 		m := reflect.MakeMapWithSize(t, n)
 		for range n {
 			k, e := reflect.New(t.Key()).Elem(), reflect.New(t.Elem()).Elem()
-			if err := d.value(k); err != nil {
+			if err := d.value(k, l.key); err != nil {
 				return err
 			}
-			if err := d.value(e); err != nil {
+			if err := d.value(e, l.elem); err != nil {
 				return err
 			}
 			m.SetMapIndex(k, e)
@@ -490,13 +480,13 @@ func (d *decoder) value(v reflect.Value) error {
 			return err
 		}
 		p := reflect.New(t.Elem())
-		if err := d.value(p.Elem()); err != nil {
+		if err := d.value(p.Elem(), l.elem); err != nil {
 			return err
 		}
 		v.Set(p)
 	case reflect.Struct:
-		for i := range v.NumField() {
-			if err := d.value(v.Field(i)); err != nil {
+		for i, fl := range l.fields {
+			if err := d.value(v.Field(i), fl); err != nil {
 				return err
 			}
 		}
@@ -506,7 +496,7 @@ func (d *decoder) value(v reflect.Value) error {
 	return nil
 }
 
-func getTrivial(b []byte, v reflect.Value) error {
+func getTrivial(b []byte, v reflect.Value, l *layout) error {
 	switch v.Kind() {
 	case reflect.Bool:
 		if b[0] > 1 {
@@ -534,21 +524,19 @@ func getTrivial(b []byte, v reflect.Value) error {
 	case reflect.Float64:
 		v.SetFloat(math.Float64frombits(binary.LittleEndian.Uint64(b)))
 	case reflect.Array:
-		l, _ := layoutOf(v.Type().Elem())
 		for i := range v.Len() {
-			if err := getTrivial(b[i*l.size:], v.Index(i)); err != nil {
+			if err := getTrivial(b[i*l.elem.size:], v.Index(i), l.elem); err != nil {
 				return err
 			}
 		}
 	case reflect.Struct:
 		off := 0
-		for i := range v.NumField() {
-			l, _ := layoutOf(v.Field(i).Type())
-			off = roundUp(off, l.align)
-			if err := getTrivial(b[off:off+l.size], v.Field(i)); err != nil {
+		for i, fl := range l.fields {
+			off = roundUp(off, fl.align)
+			if err := getTrivial(b[off:off+fl.size], v.Field(i), fl); err != nil {
 				return err
 			}
-			off += l.size
+			off += fl.size
 		}
 	}
 	return nil

@@ -143,6 +143,14 @@ type layout struct {
 	trivial bool // fixed size: copied as its C layout
 	size    int
 	align   int
+	// The layouts of the parts, resolved once so that a value costs no
+	// lookup: elem of a slice, pointer, array or map (its values) and the
+	// value of an Expected; key of a map; fields of a struct; alts of a
+	// variant, in order.
+	elem   *layout
+	key    *layout
+	fields []*layout
+	alts   []*layout
 }
 
 var layouts sync.Map // reflect.Type → *layout
@@ -174,22 +182,23 @@ func computeLayout(t reflect.Type, parents []reflect.Type) (*layout, error) {
 	case classVoid:
 		return &layout{literal: []byte{idMonostate}, class: classVoid}, nil
 	case classVariant:
-		lit := []byte{idVariant}
-		alts := reflect.New(t).Interface().(Variant).Alternatives()
-		for _, a := range alts {
+		l := &layout{literal: []byte{idVariant}, class: classVariant}
+		for _, a := range reflect.New(t).Interface().(Variant).Alternatives() {
 			al, err := computeLayout(a, append(parents, t))
 			if err != nil {
 				return nil, err
 			}
-			lit = append(lit, al.literal...)
+			l.literal = append(l.literal, al.literal...)
+			l.alts = append(l.alts, al)
 		}
-		return &layout{literal: append(lit, idEnd), class: classVariant}, nil
+		l.literal = append(l.literal, idEnd)
+		return l, nil
 	case classExpected:
 		vl, err := computeLayout(t.Field(0).Type, append(parents, t))
 		if err != nil {
 			return nil, err
 		}
-		return &layout{literal: append(append([]byte{idExpected}, vl.literal...), idInt32), class: classExpected}, nil
+		return &layout{literal: append(append([]byte{idExpected}, vl.literal...), idInt32), class: classExpected, elem: vl}, nil
 	}
 	switch t.Kind() {
 	case reflect.Bool:
@@ -223,11 +232,11 @@ func computeLayout(t reflect.Type, parents []reflect.Type) (*layout, error) {
 		}
 		switch t.Kind() {
 		case reflect.Slice:
-			return &layout{literal: append([]byte{idContainer}, el.literal...)}, nil
+			return &layout{literal: append([]byte{idContainer}, el.literal...), elem: el}, nil
 		case reflect.Pointer:
-			return &layout{literal: append([]byte{idOptional}, el.literal...)}, nil
+			return &layout{literal: append([]byte{idOptional}, el.literal...), elem: el}, nil
 		}
-		l := &layout{literal: append(append([]byte{idArray}, el.literal...), sizeLiteral(t.Len())...)}
+		l := &layout{literal: append(append([]byte{idArray}, el.literal...), sizeLiteral(t.Len())...), elem: el}
 		if el.trivial {
 			l.trivial, l.size, l.align = true, el.size*t.Len(), el.align
 		}
@@ -241,9 +250,10 @@ func computeLayout(t reflect.Type, parents []reflect.Type) (*layout, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &layout{literal: append(append([]byte{idMap}, kl.literal...), vl.literal...)}, nil
+		return &layout{literal: append(append([]byte{idMap}, kl.literal...), vl.literal...), key: kl, elem: vl}, nil
 	case reflect.Struct:
 		lit := []byte{idStruct}
+		var fields []*layout
 		trivial, off, align := true, 0, 1
 		for i := range t.NumField() {
 			fl, err := computeLayout(t.Field(i).Type, append(parents, t))
@@ -251,6 +261,7 @@ func computeLayout(t reflect.Type, parents []reflect.Type) (*layout, error) {
 				return nil, err
 			}
 			lit = append(lit, fl.literal...)
+			fields = append(fields, fl)
 			if !fl.trivial {
 				trivial = false
 				continue
@@ -258,7 +269,7 @@ func computeLayout(t reflect.Type, parents []reflect.Type) (*layout, error) {
 			off = roundUp(off, fl.align) + fl.size
 			align = max(align, fl.align)
 		}
-		l := &layout{literal: lit}
+		l := &layout{literal: lit, fields: fields}
 		if trivial && t.NumField() > 0 && t.Implements(trivialType) {
 			l.trivial, l.size, l.align = true, roundUp(off, align), align
 			l.literal = append(append(l.literal, sizeLiteral(align)...), sizeLiteral(align)...)
