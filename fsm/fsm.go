@@ -57,8 +57,11 @@ type replica struct {
 	buffers []buffer
 }
 
-// object is immutable once stored: mutations store a modified copy.
+// object is immutable once stored — mutations store a modified copy — with
+// one exception: a renewal may extend the lease of an object made since
+// the last Snapshot (gen == FSM.gen), which no snapshot shares.
 type object struct {
+	gen        uint64
 	size       uint64
 	clientID   string
 	putStartMs int64
@@ -106,6 +109,8 @@ type FSM struct {
 	leaderAddr         string
 	leaderMooncakeAddr string // "" when the leader serves no Mooncake protocol
 	term               uint64
+	// gen counts Snapshots: objects of an older gen may be shared with one.
+	gen uint64
 
 	segments map[string]*segment
 	segNames map[string]*segment
@@ -254,7 +259,10 @@ func (f *FSM) getObject(key string) (*object, bool) {
 	return it.obj, ok
 }
 
+// putObject stores o, which must not be stored yet (a new object or a
+// modified copy): it is of this snapshot generation.
 func (f *FSM) putObject(key string, o *object) {
+	o.gen = f.gen
 	f.objects.ReplaceOrInsert(objItem{key, o})
 	if o.processing() {
 		f.processing.set(key, o)

@@ -70,6 +70,7 @@ func (f *FSM) meta() meta {
 // Snapshot captures the state. It must be called with Apply excluded (the
 // caller's lock); the returned value is independent of later Applies.
 func (f *FSM) Snapshot() *Snapshot {
+	f.gen++
 	s := &Snapshot{
 		meta:       f.meta(),
 		segments:   slices.Clone(f.segOrder),

@@ -20,12 +20,17 @@ func (f *FSM) tick(c *Tick) Result {
 		if !ok {
 			continue
 		}
-		n := *o
-		n.leaseMs = lease.Extend(n.leaseMs, r.AtMs, f.params.LeaseTTLMs)
-		if n.softPin {
-			n.softPinMs = lease.Extend(n.softPinMs, r.AtMs, f.params.SoftPinTTLMs)
+		leaseMs, softPinMs := lease.Extend(o.leaseMs, r.AtMs, f.params.LeaseTTLMs), o.softPinMs
+		if o.softPin {
+			softPinMs = lease.Extend(softPinMs, r.AtMs, f.params.SoftPinTTLMs)
 		}
-		if n.leaseMs != o.leaseMs || n.softPinMs != o.softPinMs {
+		switch {
+		case leaseMs == o.leaseMs && softPinMs == o.softPinMs:
+		case o.gen == f.gen: // in no snapshot: a read-heavy load renews without a copy or a second descent
+			o.leaseMs, o.softPinMs = leaseMs, softPinMs
+		default:
+			n := *o
+			n.leaseMs, n.softPinMs = leaseMs, softPinMs
 			f.putObject(r.Key, &n)
 		}
 	}
