@@ -2,12 +2,15 @@ package node
 
 import (
 	"context"
+	"encoding/binary"
+	"hash/fnv"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -175,6 +178,9 @@ func openUnlocked(dataDir string, ls LogStore, logger hclog.Logger) (raftStore, 
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, errcode.New(errcode.FileWriteFail, "raft log %s: %v", dir, err)
 		}
+		if err := checkBolt(filepath.Join(dir, metadb.FileName)); err != nil {
+			return nil, err
+		}
 		meta := &metadb.BoltMetaDB{}
 		w, err := wal.Open(dir, wal.WithLogger(logger), wal.WithMetaStore(meta))
 		if err != nil {
@@ -184,6 +190,9 @@ func openUnlocked(dataDir string, ls LogStore, logger hclog.Logger) (raftStore, 
 		return &walStore{WAL: w, meta: meta}, nil
 	case LogStoreBoltDB:
 		path := filepath.Join(dataDir, raftDB)
+		if err := checkBolt(path); err != nil {
+			return nil, err
+		}
 		// The freelist is rebuilt at open instead of written with every
 		// commit: fewer pages per append, same durability (bbolt's docs).
 		s, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}})
@@ -193,6 +202,88 @@ func openUnlocked(dataDir string, ls LogStore, logger hclog.Logger) (raftStore, 
 		return s, nil
 	}
 	return nil, errcode.New(errcode.InvalidParams, "unknown raft log store %q", ls)
+}
+
+// checkBolt refuses a damaged bbolt file before a store opens it: bbolt
+// panics on a page it cannot make sense of, so a bit flip in raft.db or in
+// raft-wal's meta database would crash the node at every start instead of
+// saying which file is bad. bbolt's own consistency check reads every page
+// and turns such panics into errors. A missing file is a new store.
+func checkBolt(path string) (err error) {
+	if _, serr := os.Stat(path); errors.Is(serr, os.ErrNotExist) {
+		return nil
+	}
+	damaged := func(what any) error {
+		return errcode.New(errcode.FileReadFail, "%s is damaged (%v). This node's Raft log cannot be trusted: %s", path, what, rejoinAdvice)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = damaged(r)
+		}
+	}()
+	if err := boltLongEnough(path); err != nil {
+		return damaged(err)
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return damaged(err)
+	}
+	defer db.Close()
+	return db.View(func(tx *bbolt.Tx) error {
+		var first error
+		for cerr := range tx.Check() { // drained: the check holds the transaction
+			if first == nil {
+				first = damaged(cerr) // the first problem says enough
+			}
+		}
+		return first
+	})
+}
+
+// boltLongEnough compares a bbolt file's length with the pages its newest
+// valid meta page says it has: bbolt maps the file into memory, and reading
+// a page past the end of a truncated file kills the process with SIGBUS,
+// which no recover catches. Meta pages it cannot validate are left to
+// bbolt.Open, which refuses them with an error.
+func boltLongEnough(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	// A page starts with a 16-byte header; the meta follows: magic,
+	// version, page size, flags (4 bytes each), the root bucket (16), the
+	// freelist page, the page count, the txid and an FNV-64a checksum of
+	// what precedes it (8 each).
+	const hdr, sumAt = 16, 56
+	meta := func(off int64) (pageSize uint32, pages, txid uint64, ok bool) {
+		b := make([]byte, hdr+sumAt+8)
+		if _, err := f.ReadAt(b, off); err != nil {
+			return 0, 0, 0, false
+		}
+		m := b[hdr:]
+		h := fnv.New64a()
+		h.Write(m[:sumAt])
+		if binary.LittleEndian.Uint32(m) != 0xED0CDAED || h.Sum64() != binary.LittleEndian.Uint64(m[sumAt:]) {
+			return 0, 0, 0, false
+		}
+		return binary.LittleEndian.Uint32(m[8:]), binary.LittleEndian.Uint64(m[40:]), binary.LittleEndian.Uint64(m[48:]), true
+	}
+	size, pages, txid, ok := meta(0)
+	if !ok {
+		size = 4096
+	}
+	if s1, p1, t1, ok1 := meta(int64(size)); ok1 && (!ok || t1 > txid) {
+		size, pages, ok = s1, p1, true
+	}
+	if ok && uint64(st.Size()) < pages*uint64(size) {
+		return fmt.Errorf("%d bytes long, but its meta page counts %d pages of %d bytes: the file was cut short", st.Size(), pages, size)
+	}
+	return nil
 }
 
 // MigrateLogStore moves the Raft log and stable state of a stopped node's

@@ -214,13 +214,21 @@ func (n *Node) startRaft(ctx context.Context) error {
 	}
 	n.store = store
 	n.log.Info("raft log store", "store", ls)
-	logs, err := raft.NewLogCache(512, withFailpoints(store, cfg.DataDir))
+	checked := &checksummed{raftStore: store}
+	if err := verifyLog(checked, cfg.DataDir, ls); err != nil {
+		return err
+	}
+	logs, err := raft.NewLogCache(512, withFailpoints(checked, cfg.DataDir))
 	if err != nil {
 		return err
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, snapshotsDir), cfg.SnapshotRetain, n.log.Named("snapshots"))
 	if err != nil {
 		return errcode.New(errcode.FileWriteFail, "snapshot store: %v", err)
+	}
+	// raft's file store keeps its snapshots in a directory of its own name.
+	if err := verifySnapshots(snaps, filepath.Join(cfg.DataDir, snapshotsDir, "snapshots")); err != nil {
+		return err
 	}
 	tcfg := &raft.NetworkTransportConfig{MaxPool: 3, Timeout: 10 * time.Second, Logger: n.log.Named("transport")}
 	if len(cfg.RaftDial) > 0 {

@@ -1,0 +1,145 @@
+package node
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/raft"
+	"github.com/moonraft/moonraft/errcode"
+)
+
+// Neither log store checks what it reads back: raft-wal verifies only the
+// last batch of its tail segment (a torn write) and bbolt only its page
+// structure, so a bit flipped inside an entry was applied as it read — a
+// follower diverged silently (node/damaged_test.go). Each entry is
+// therefore stored with a CRC-32C of its index, term, type and data in
+// raft.Log.Extensions, which both stores keep and moonraft does not
+// otherwise use, and the whole log is checked before Raft starts.
+
+var (
+	sumMagic   = []byte("mrc1") // marks our checksum among possible extensions
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+)
+
+func entrySum(l *raft.Log) uint32 {
+	var hdr [17]byte
+	binary.LittleEndian.PutUint64(hdr[0:], l.Index)
+	binary.LittleEndian.PutUint64(hdr[8:], l.Term)
+	hdr[16] = byte(l.Type)
+	return crc32.Update(crc32.Update(0, castagnoli, hdr[:]), castagnoli, l.Data)
+}
+
+// checksummed stores every entry with its checksum; GetLog hands entries
+// back without it (what raft replicates is the entry as it was given).
+type checksummed struct {
+	raftStore
+}
+
+func (s *checksummed) stamp(l *raft.Log) *raft.Log {
+	c := *l // raft keeps l in its cache and in flight: stamp a copy
+	c.Extensions = binary.LittleEndian.AppendUint32(append([]byte(nil), sumMagic...), entrySum(l))
+	return &c
+}
+
+func (s *checksummed) StoreLog(l *raft.Log) error { return s.raftStore.StoreLog(s.stamp(l)) }
+
+func (s *checksummed) StoreLogs(logs []*raft.Log) error {
+	stamped := make([]*raft.Log, len(logs))
+	for i, l := range logs {
+		stamped[i] = s.stamp(l)
+	}
+	return s.raftStore.StoreLogs(stamped)
+}
+
+func (s *checksummed) GetLog(index uint64, l *raft.Log) error {
+	if err := s.raftStore.GetLog(index, l); err != nil {
+		return err
+	}
+	_, err := verifyEntry(l)
+	return err
+}
+
+func (s *checksummed) IsMonotonic() bool { return isMonotonic(s.raftStore) }
+
+// verifyEntry checks l against its checksum and removes it; checked is
+// false for an entry stored without one (before this release).
+func verifyEntry(l *raft.Log) (checked bool, err error) {
+	ext := l.Extensions
+	if len(ext) != len(sumMagic)+4 || !bytes.HasPrefix(ext, sumMagic) {
+		return false, nil
+	}
+	l.Extensions = nil
+	if want, got := binary.LittleEndian.Uint32(ext[len(sumMagic):]), entrySum(l); want != got {
+		return true, fmt.Errorf("raft log entry %d (term %d) fails its checksum (stored %08x, computed %08x)", l.Index, l.Term, want, got)
+	}
+	return true, nil
+}
+
+// verifyLog reads every entry of the store ls in dataDir and refuses a log
+// with a damaged entry, naming the store's files and the way out.
+func verifyLog(s raft.LogStore, dataDir string, ls LogStore) error {
+	first, err := s.FirstIndex()
+	if err != nil {
+		return damagedLog(dataDir, ls, err)
+	}
+	last, err := s.LastIndex()
+	if err != nil {
+		return damagedLog(dataDir, ls, err)
+	}
+	if last == 0 {
+		return nil
+	}
+	var l raft.Log
+	for i := first; i <= last; i++ {
+		if err := s.GetLog(i, &l); err != nil {
+			return damagedLog(dataDir, ls, fmt.Errorf("entry %d: %w", i, err))
+		}
+	}
+	return nil
+}
+
+func damagedLog(dataDir string, ls LogStore, err error) error {
+	return errcode.New(errcode.FileReadFail,
+		"the Raft log in %s is damaged: %v. This node's log cannot be trusted: %s",
+		filepath.Join(dataDir, storeName[ls]), err, rejoinAdvice)
+}
+
+// rejoinAdvice is the way out for a node whose own files are damaged: its
+// peers hold the state; an empty data dir under --bootstrap would forget
+// the node's vote (docs/OPERATIONS.md).
+const rejoinAdvice = "remove it from the cluster (`moonctl members remove ID`), move its data dir aside, and start it again empty with --join (docs/OPERATIONS.md, \"Damaged files\")"
+
+// verifySnapshots opens every snapshot raft's file store holds, which
+// checks each state file against the CRC-64 in its meta.json. raft would
+// skip a snapshot whose meta it cannot read and start from the log alone,
+// which after log compaction is missing the entries the snapshot held; so
+// any damaged snapshot refuses the start. A directory still named .tmp is
+// a snapshot a crash interrupted: raft ignores it, and so does this.
+func verifySnapshots(store raft.SnapshotStore, dir string) error {
+	ents, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return errcode.New(errcode.FileReadFail, "snapshots in %s: %v", dir, err)
+	}
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		_, rc, err := store.Open(e.Name())
+		if err == nil {
+			err = rc.Close()
+		}
+		if err != nil {
+			return errcode.New(errcode.FileReadFail, "the Raft snapshot %s is damaged: %v. %s",
+				filepath.Join(dir, e.Name()), err, strings.ToUpper(rejoinAdvice[:1])+rejoinAdvice[1:])
+		}
+	}
+	return nil
+}
