@@ -3,9 +3,9 @@ package node
 import (
 	"context"
 	"encoding/binary"
-	"hash/fnv"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
