@@ -90,7 +90,7 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		Help: "Linearizable reads served by this leader, by how leadership was proven: under the read lease, or by a quorum round."},
 		[]string{"path"})
 	m.leaseReads, m.quorumReads = reads.WithLabelValues("lease"), reads.WithLabelValues("quorum")
-	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs,
+	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs, n.disk.errs,
 		&stateCollector{n: n},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,7 @@ type Node struct {
 	raft  *raft.Raft
 	trans *raft.NetworkTransport
 	store raftStore
+	disk  *diskHealth
 	sm    *stateMachine
 
 	batcher    *lease.Batcher
@@ -165,6 +167,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
+	n.disk = newDiskHealth()
 	n.metrics = newNodeMetrics(n)
 	if len(cfg.Etcd.Endpoints) > 0 {
 		if cfg.Etcd.ClusterID == "" {
@@ -218,18 +221,19 @@ func (n *Node) startRaft(ctx context.Context) error {
 	if err := verifyLog(checked, cfg.DataDir, ls); err != nil {
 		return err
 	}
-	logs, err := raft.NewLogCache(512, withFailpoints(checked, cfg.DataDir))
+	logs, err := raft.NewLogCache(512, withFailpoints(&watchedLog{LogStore: checked, h: n.disk}, cfg.DataDir))
 	if err != nil {
 		return err
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, snapshotsDir), cfg.SnapshotRetain, n.log.Named("snapshots"))
+	files, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, snapshotsDir), cfg.SnapshotRetain, n.log.Named("snapshots"))
 	if err != nil {
 		return errcode.New(errcode.FileWriteFail, "snapshot store: %v", err)
 	}
 	// raft's file store keeps its snapshots in a directory of its own name.
-	if err := verifySnapshots(snaps, filepath.Join(cfg.DataDir, snapshotsDir, "snapshots")); err != nil {
+	if err := verifySnapshots(files, filepath.Join(cfg.DataDir, snapshotsDir, "snapshots")); err != nil {
 		return err
 	}
+	snaps := &watchedSnapshots{SnapshotStore: files, h: n.disk}
 	tcfg := &raft.NetworkTransportConfig{MaxPool: 3, Timeout: 10 * time.Second, Logger: n.log.Named("transport")}
 	if len(cfg.RaftDial) > 0 {
 		dial := dialOverride{string(cfg.ID): cfg.RaftAddr} // raft asks for itself too
@@ -450,6 +454,12 @@ func (n *Node) raftErr(err error, applied bool) error {
 		return errcode.New(errcode.UnavailableInCurrentStatus, "node is shutting down")
 	case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		return errcode.New(errcode.UnavailableInCurrentStatus, "%v; retry", err)
+	// raft's LogCache reports its store's failure by text only. The leader
+	// stores an entry before it sends it anywhere, so one it could not
+	// store was not committed; raft has made the node a follower.
+	case strings.Contains(err.Error(), "unable to store logs within log store"):
+		return errcode.New(errcode.UnavailableInCurrentStatus,
+			"node %s could not write its Raft log (%v): the write was not applied and the node has stepped down; retry", n.cfg.ID, err)
 	}
 	return errcode.New(errcode.InternalError, "raft: %v", err)
 }

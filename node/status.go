@@ -29,6 +29,7 @@ func (n *Node) status(digests bool) *moonraftpb.NodeStatus {
 		LeaderId:    string(leader),
 		EtcdExport:  n.etcd != nil,
 		ReadMode:    string(n.cfg.ReadMode),
+		DiskError:   n.disk.String(),
 	}
 	if st.Promoted {
 		st.ExportedSeq = n.exportedSeq.Load()

@@ -256,6 +256,11 @@ func (c *cli) status(ctx context.Context) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	for _, s := range sts {
+		if s != nil && s.DiskError != "" {
+			fmt.Fprintf(c.out, "%s: disk failing: %s\n", s.Id, s.DiskError)
+		}
+	}
 	var firstErr error
 	for i, err := range errs {
 		if err != nil {

@@ -2987,6 +2987,7 @@ type NodeStatus struct {
 	ObjectSetDigest      string                 `protobuf:"bytes,23,opt,name=object_set_digest,json=objectSetDigest,proto3" json:"object_set_digest,omitempty"`                   // hex SHA-256 of (key, size, key_sequence_id) of complete objects: comparable with an etcd follower's
 	ReadMode             string                 `protobuf:"bytes,24,opt,name=read_mode,json=readMode,proto3" json:"read_mode,omitempty"`                                          // lease | quorum: how this node proves its reads linearizable when it leads
 	ReadLeaseRemainingMs int64                  `protobuf:"varint,25,opt,name=read_lease_remaining_ms,json=readLeaseRemainingMs,proto3" json:"read_lease_remaining_ms,omitempty"` // how long the leader's read lease still holds (0: none)
+	DiskError            string                 `protobuf:"bytes,26,opt,name=disk_error,json=diskError,proto3" json:"disk_error,omitempty"`                                       // the last failed write of the Raft log or a snapshot ("" once one succeeds again)
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -3194,6 +3195,13 @@ func (x *NodeStatus) GetReadLeaseRemainingMs() int64 {
 		return x.ReadLeaseRemainingMs
 	}
 	return 0
+}
+
+func (x *NodeStatus) GetDiskError() string {
+	if x != nil {
+		return x.DiskError
+	}
+	return ""
 }
 
 // MembersRequest asks for the Raft configuration.
@@ -3950,7 +3958,7 @@ const file_moonraft_proto_rawDesc = "" +
 	"\fskip_digests\x18\x01 \x01(\bR\vskipDigests\"j\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12+\n" +
-	"\x04node\x18\x02 \x01(\v2\x17.moonraft.v1.NodeStatusR\x04node\"\x9a\x06\n" +
+	"\x04node\x18\x02 \x01(\v2\x17.moonraft.v1.NodeStatusR\x04node\"\xb9\x06\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
@@ -3981,7 +3989,9 @@ const file_moonraft_proto_rawDesc = "" +
 	"etcdExport\x12*\n" +
 	"\x11object_set_digest\x18\x17 \x01(\tR\x0fobjectSetDigest\x12\x1b\n" +
 	"\tread_mode\x18\x18 \x01(\tR\breadMode\x125\n" +
-	"\x17read_lease_remaining_ms\x18\x19 \x01(\x03R\x14readLeaseRemainingMs\"\x10\n" +
+	"\x17read_lease_remaining_ms\x18\x19 \x01(\x03R\x14readLeaseRemainingMs\x12\x1d\n" +
+	"\n" +
+	"disk_error\x18\x1a \x01(\tR\tdiskError\"\x10\n" +
 	"\x0eMembersRequest\"m\n" +
 	"\x0fMembersResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12-\n" +

@@ -1,0 +1,115 @@
+package node
+
+import (
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// A full or failing disk shows in hashicorp/raft's log lines only; a node
+// also keeps the last failed write of each kind for Status and counts them
+// in moonraft_disk_errors_total, until a write of that kind succeeds again.
+const (
+	diskLogAppend = "log_append"
+	diskSnapshot  = "snapshot"
+)
+
+type diskHealth struct {
+	mu   sync.Mutex
+	last map[string]string // op -> the last error, while it stands
+	errs *prometheus.CounterVec
+}
+
+func newDiskHealth() *diskHealth {
+	return &diskHealth{
+		last: map[string]string{},
+		errs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "disk_errors_total",
+			Help: "Failed writes of the Raft log (log_append) or of a Raft snapshot (snapshot) on this node: a full or failing disk."},
+			[]string{"op"}),
+	}
+}
+
+func (d *diskHealth) observe(op string, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err == nil {
+		delete(d.last, op)
+		return
+	}
+	d.last[op] = err.Error()
+	d.errs.WithLabelValues(op).Inc()
+}
+
+// String is the standing errors, "op: error" each, "" when there are none.
+func (d *diskHealth) String() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for op, e := range d.last {
+		out = append(out, op+": "+e)
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
+}
+
+// watchedLog reports each append's outcome.
+type watchedLog struct {
+	raft.LogStore
+	h *diskHealth
+}
+
+func (w *watchedLog) StoreLog(l *raft.Log) error {
+	err := w.LogStore.StoreLog(l)
+	w.h.observe(diskLogAppend, err)
+	return err
+}
+
+func (w *watchedLog) StoreLogs(logs []*raft.Log) error {
+	err := w.LogStore.StoreLogs(logs)
+	w.h.observe(diskLogAppend, err)
+	return err
+}
+
+func (w *watchedLog) IsMonotonic() bool { return isMonotonic(w.LogStore) }
+
+// watchedSnapshots reports each snapshot's outcome: creating its files,
+// writing it, and closing it (where a buffered write or the fsync fails).
+type watchedSnapshots struct {
+	raft.SnapshotStore
+	h *diskHealth
+}
+
+func (w *watchedSnapshots) Create(version raft.SnapshotVersion, index, term uint64, conf raft.Configuration, confIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	sink, err := w.SnapshotStore.Create(version, index, term, conf, confIndex, trans)
+	if err != nil {
+		w.h.observe(diskSnapshot, err)
+		return nil, err
+	}
+	return &watchedSink{SnapshotSink: sink, h: w.h}, nil
+}
+
+type watchedSink struct {
+	raft.SnapshotSink
+	h      *diskHealth
+	failed bool
+}
+
+func (w *watchedSink) Write(p []byte) (int, error) {
+	n, err := w.SnapshotSink.Write(p)
+	if err != nil {
+		w.failed = true
+		w.h.observe(diskSnapshot, err)
+	}
+	return n, err
+}
+
+func (w *watchedSink) Close() error {
+	err := w.SnapshotSink.Close()
+	if err != nil || !w.failed {
+		w.h.observe(diskSnapshot, err)
+	}
+	return err
+}
