@@ -5,6 +5,7 @@ package node
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -19,15 +20,18 @@ const (
 	// then stops (it cannot step down), while its heartbeats and the
 	// client API go on.
 	failpointStallLog = "failpoint-stall-log"
+	// failpointSlowLog makes every write to the Raft log take as long as
+	// the duration the file holds ("1s"): a disk whose fsyncs stall.
+	failpointSlowLog = "failpoint-slow-log"
 )
 
 func withFailpoints(s raft.LogStore, dataDir string) raft.LogStore {
-	return &stallingLog{LogStore: s, stall: filepath.Join(dataDir, failpointStallLog)}
+	return &stallingLog{LogStore: s, stall: filepath.Join(dataDir, failpointStallLog), slow: filepath.Join(dataDir, failpointSlowLog)}
 }
 
 type stallingLog struct {
 	raft.LogStore
-	stall string
+	stall, slow string
 }
 
 func (l *stallingLog) StoreLog(log *raft.Log) error {
@@ -43,6 +47,11 @@ func (l *stallingLog) StoreLogs(logs []*raft.Log) error {
 func (l *stallingLog) IsMonotonic() bool { return isMonotonic(l.LogStore) }
 
 func (l *stallingLog) wait() {
+	if b, err := os.ReadFile(l.slow); err == nil {
+		if d, err := time.ParseDuration(strings.TrimSpace(string(b))); err == nil {
+			time.Sleep(d)
+		}
+	}
 	for {
 		if _, err := os.Stat(l.stall); err != nil {
 			return
