@@ -4,6 +4,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,22 +57,30 @@ func (d *diskHealth) String() string {
 	return strings.Join(out, "; ")
 }
 
-// watchedLog reports each append's outcome.
+// watchedLog reports each append's outcome, and when the one under way
+// began (for the disk watchdog, fence.go).
 type watchedLog struct {
 	raft.LogStore
-	h *diskHealth
+	h     *diskHealth
+	since atomic.Int64 // UnixNano when the write under way began; 0: none
 }
 
 func (w *watchedLog) StoreLog(l *raft.Log) error {
-	err := w.LogStore.StoreLog(l)
+	return w.StoreLogs([]*raft.Log{l})
+}
+
+func (w *watchedLog) StoreLogs(logs []*raft.Log) error {
+	w.since.Store(time.Now().UnixNano())
+	err := w.LogStore.StoreLogs(logs)
+	w.since.Store(0)
 	w.h.observe(diskLogAppend, err)
 	return err
 }
 
-func (w *watchedLog) StoreLogs(logs []*raft.Log) error {
-	err := w.LogStore.StoreLogs(logs)
-	w.h.observe(diskLogAppend, err)
-	return err
+// outstanding says since when a write has been under way, if one is.
+func (w *watchedLog) outstanding() (time.Time, bool) {
+	ns := w.since.Load()
+	return time.Unix(0, ns), ns != 0
 }
 
 func (w *watchedLog) IsMonotonic() bool { return isMonotonic(w.LogStore) }

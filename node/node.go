@@ -36,7 +36,11 @@ type Node struct {
 	trans *raft.NetworkTransport
 	store raftStore
 	disk  *diskHealth
-	sm    *stateMachine
+	// The disk watchdog's view of log writes and its hold on the Raft
+	// traffic (fence.go).
+	logWrites *watchedLog
+	stream    *fencedStream
+	sm        *stateMachine
 
 	batcher    *lease.Batcher
 	leadership *leadership
@@ -202,6 +206,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		defer n.wg.Done()
 		n.monitorLeadership(lctx)
 	}()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.diskWatchdog(lctx)
+	}()
 	return n, nil
 }
 
@@ -221,7 +230,10 @@ func (n *Node) startRaft(ctx context.Context) error {
 	if err := verifyLog(checked, cfg.DataDir, ls); err != nil {
 		return err
 	}
-	logs, err := raft.NewLogCache(512, withFailpoints(&watchedLog{LogStore: checked, h: n.disk}, cfg.DataDir))
+	// The failpoints stand for the disk, so they sit inside what the
+	// disk watchdog watches.
+	n.logWrites = &watchedLog{LogStore: withFailpoints(checked, cfg.DataDir), h: n.disk}
+	logs, err := raft.NewLogCache(512, n.logWrites)
 	if err != nil {
 		return err
 	}
@@ -242,21 +254,18 @@ func (n *Node) startRaft(ctx context.Context) error {
 		}
 		tcfg.ServerAddressProvider = dial
 	}
-	var trans *raft.NetworkTransport
+	var stream raft.StreamLayer
 	if n.serverTLS != nil {
-		stream, err := transport.NewTLSStreamLayer(cfg.RaftAddr, n.serverTLS, n.clientTLS)
-		if err != nil {
-			return errcode.New(errcode.InvalidParams, "raft address %s: %v", cfg.RaftAddr, err)
-		}
-		tcfg.Stream = stream
-		trans = raft.NewNetworkTransportWithConfig(tcfg)
+		stream, err = transport.NewTLSStreamLayer(cfg.RaftAddr, n.serverTLS, n.clientTLS)
 	} else {
-		trans, err = raft.NewTCPTransportWithConfig(cfg.RaftAddr, nil, tcfg)
-		if err != nil {
-			return errcode.New(errcode.InvalidParams, "raft address %s: %v", cfg.RaftAddr, err)
-		}
+		stream, err = transport.NewTCPStreamLayer(cfg.RaftAddr)
 	}
-	n.trans = trans
+	if err != nil {
+		return errcode.New(errcode.InvalidParams, "raft address %s: %v", cfg.RaftAddr, err)
+	}
+	n.stream = newFencedStream(stream)
+	tcfg.Stream = n.stream
+	n.trans = raft.NewNetworkTransportWithConfig(tcfg)
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
@@ -289,7 +298,7 @@ func (n *Node) startRaft(ctx context.Context) error {
 			for _, p := range cfg.Peers {
 				servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
 			}
-			if err := raft.BootstrapCluster(rc, logs, store, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+			if err := raft.BootstrapCluster(rc, logs, store, snaps, n.trans, raft.Configuration{Servers: servers}); err != nil {
 				return fmt.Errorf("bootstrap: %w", err)
 			}
 			n.log.Info("bootstrapped a new cluster", "peers", len(servers))
@@ -306,7 +315,7 @@ func (n *Node) startRaft(ctx context.Context) error {
 	case <-ctx.Done():
 		return errcode.New(errcode.UnavailableInCurrentStatus, "start canceled while waiting out read leases: %v", ctx.Err())
 	}
-	r, err := raft.NewRaft(rc, n.sm, logs, store, snaps, trans)
+	r, err := raft.NewRaft(rc, n.sm, logs, store, snaps, n.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}

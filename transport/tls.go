@@ -116,6 +116,14 @@ var _ raft.StreamLayer = (*TLSStreamLayer)(nil)
 // NewTLSStreamLayer listens on bind (host:port, also the address peers
 // are told to dial, so it must not be a wildcard address).
 func NewTLSStreamLayer(bind string, server, client *tls.Config) (*TLSStreamLayer, error) {
+	l, err := listenAdvertisable(bind)
+	if err != nil {
+		return nil, err
+	}
+	return &TLSStreamLayer{Listener: tls.NewListener(l, server), client: client}, nil
+}
+
+func listenAdvertisable(bind string) (net.Listener, error) {
 	l, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
@@ -124,7 +132,27 @@ func NewTLSStreamLayer(bind string, server, client *tls.Config) (*TLSStreamLayer
 		l.Close()
 		return nil, errcode.New(errcode.InvalidParams, "raft address %s cannot be advertised to peers: give a specific IP", bind)
 	}
-	return &TLSStreamLayer{Listener: tls.NewListener(l, server), client: client}, nil
+	return l, nil
+}
+
+// TCPStreamLayer is a raft.StreamLayer over plain TCP, as raft's own; a
+// node wraps it (or the TLS one) to be able to cut its outgoing traffic.
+type TCPStreamLayer struct{ net.Listener }
+
+var _ raft.StreamLayer = (*TCPStreamLayer)(nil)
+
+// NewTCPStreamLayer listens on bind, which must not be a wildcard address.
+func NewTCPStreamLayer(bind string) (*TCPStreamLayer, error) {
+	l, err := listenAdvertisable(bind)
+	if err != nil {
+		return nil, err
+	}
+	return &TCPStreamLayer{Listener: l}, nil
+}
+
+// Dial connects to a peer within timeout.
+func (s *TCPStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", string(address), timeout)
 }
 
 // Accept returns the next inbound connection; its handshake runs on first

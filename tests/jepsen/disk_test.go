@@ -91,3 +91,68 @@ func TestSlowFollowerDisk(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestSlowLeaderDiskReplaced gives the leader a disk on which every log
+// write takes three seconds. It cannot commit at that pace, so it must not
+// stay leader: another node is elected, takes writes, and once the disk is
+// fast again the old leader follows and holds every object.
+func TestSlowLeaderDiskReplaced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level fault test; run without -short")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	bin, err := buildMoonraft(dir, "failpoints")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := startCluster(ctx, bin, dir, filepath.Join(dir, "data"), clusterConfig{nodes: 3, logLevel: "warn"}, t.Logf)
+	if c != nil {
+		defer c.close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.waitLeader(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := filepath.Join(c.dataDir, c.nodes[l].id, failpointSlowLog)
+	if err := os.WriteFile(slow, []byte("3s"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	nl, err := newLeader(ctx, c, l, 15*time.Second)
+	if err != nil {
+		t.Fatalf("the leader with a slow disk was not replaced: %v", err)
+	}
+	t.Logf("%s replaced by %s %v after its log writes began to take 3 s", c.nodes[l].id, c.nodes[nl].id, time.Since(start).Round(time.Millisecond))
+	seg := fsm.SegmentSpec{ID: "slow-seg", Name: "slow-host", Base: 1 << 40, Size: 1 << 30}
+	if err := retry(ctx, func(ctx context.Context) error { return c.admin.MountSegment(ctx, "slow", seg) }); err != nil {
+		t.Fatal(err)
+	}
+	const writes = 5
+	for i := range writes {
+		key := fmt.Sprint("slow/", i)
+		if err := retry(ctx, func(ctx context.Context) error {
+			_, err := c.admin.PutStart(ctx, key, []uint64{64}, transport.ReplicateConfig{ReplicaNum: 1}, "slow")
+			return err
+		}); err != nil {
+			t.Fatalf("PutStart %s: %v", key, err)
+		}
+	}
+	if err := os.Remove(slow); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sts := c.statuses(time.Second)
+		if old, cur := sts[l], sts[nl]; old != nil && cur != nil && old.Role == "follower" && old.Objects == writes && old.ObjectSetDigest == cur.ObjectSetDigest {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old leader did not follow and catch up in 30 s once its disk was fast again: %v", sts[l])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
