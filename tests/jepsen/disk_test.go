@@ -16,12 +16,9 @@ import (
 // a node's data dir, each of its Raft log writes takes the duration it holds.
 const failpointSlowLog = "failpoint-slow-log"
 
-// TestSlowFollowerDisk gives one follower a disk on which every log write
-// takes a second. A commit needs the leader and one follower, so writes go
-// on at the other follower's pace: twenty writes one after the other take
-// well under the twenty seconds they would if commits waited for the slow
-// disk. Once the disk is fast again the follower holds every object.
-func TestSlowFollowerDisk(t *testing.T) {
+// failpointCluster starts three nodes built with failpoints and returns
+// the cluster and its leader; the cluster is closed when the test ends.
+func failpointCluster(t *testing.T) (*cluster, int) {
 	if testing.Short() {
 		t.Skip("process-level fault test; run without -short")
 	}
@@ -33,7 +30,7 @@ func TestSlowFollowerDisk(t *testing.T) {
 	}
 	c, err := startCluster(ctx, bin, dir, filepath.Join(dir, "data"), clusterConfig{nodes: 3, logLevel: "warn"}, t.Logf)
 	if c != nil {
-		defer c.close()
+		t.Cleanup(c.close)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +39,17 @@ func TestSlowFollowerDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, l
+}
+
+// TestSlowFollowerDisk gives one follower a disk on which every log write
+// takes a second. A commit needs the leader and one follower, so writes go
+// on at the other follower's pace: twenty writes one after the other take
+// well under the twenty seconds they would if commits waited for the slow
+// disk. Once the disk is fast again the follower holds every object.
+func TestSlowFollowerDisk(t *testing.T) {
+	c, l := failpointCluster(t)
+	ctx := context.Background()
 	seg := fsm.SegmentSpec{ID: "slow-seg", Name: "slow-host", Base: 1 << 40, Size: 1 << 30}
 	if err := retry(ctx, func(ctx context.Context) error { return c.admin.MountSegment(ctx, "slow", seg) }); err != nil {
 		t.Fatal(err)
@@ -97,26 +105,8 @@ func TestSlowFollowerDisk(t *testing.T) {
 // stay leader: another node is elected, takes writes, and once the disk is
 // fast again the old leader follows and holds every object.
 func TestSlowLeaderDiskReplaced(t *testing.T) {
-	if testing.Short() {
-		t.Skip("process-level fault test; run without -short")
-	}
+	c, l := failpointCluster(t)
 	ctx := context.Background()
-	dir := t.TempDir()
-	bin, err := buildMoonraft(dir, "failpoints")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := startCluster(ctx, bin, dir, filepath.Join(dir, "data"), clusterConfig{nodes: 3, logLevel: "warn"}, t.Logf)
-	if c != nil {
-		defer c.close()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := c.waitLeader(ctx, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	slow := filepath.Join(c.dataDir, c.nodes[l].id, failpointSlowLog)
 	if err := os.WriteFile(slow, []byte("3s"), 0o644); err != nil {
 		t.Fatal(err)
