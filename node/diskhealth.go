@@ -20,9 +20,10 @@ const (
 )
 
 type diskHealth struct {
-	mu   sync.Mutex
-	last map[string]string // op -> the last error, while it stands
-	errs *prometheus.CounterVec
+	failing atomic.Bool // last is not empty: lets a good write skip the lock
+	mu      sync.Mutex
+	last    map[string]string // op -> the last error, while it stands
+	errs    *prometheus.CounterVec
 }
 
 func newDiskHealth() *diskHealth {
@@ -35,14 +36,18 @@ func newDiskHealth() *diskHealth {
 }
 
 func (d *diskHealth) observe(op string, err error) {
+	if err == nil && !d.failing.Load() {
+		return // every append passes here
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err == nil {
 		delete(d.last, op)
-		return
+	} else {
+		d.last[op] = err.Error()
+		d.errs.WithLabelValues(op).Inc()
 	}
-	d.last[op] = err.Error()
-	d.errs.WithLabelValues(op).Inc()
+	d.failing.Store(len(d.last) > 0)
 }
 
 // String is the standing errors, "op: error" each, "" when there are none.

@@ -137,8 +137,8 @@ func verifySnapshots(store raft.SnapshotStore, dir string) error {
 			err = rc.Close()
 		}
 		if err != nil {
-			return errcode.New(errcode.FileReadFail, "the Raft snapshot %s is damaged: %v. %s",
-				filepath.Join(dir, e.Name()), err, strings.ToUpper(rejoinAdvice[:1])+rejoinAdvice[1:])
+			return errcode.New(errcode.FileReadFail, "the Raft snapshot %s is damaged: %v. This node's snapshots cannot be trusted: %s",
+				filepath.Join(dir, e.Name()), err, rejoinAdvice)
 		}
 	}
 	return nil

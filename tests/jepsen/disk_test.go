@@ -42,6 +42,25 @@ func failpointCluster(t *testing.T) (*cluster, int) {
 	return c, l
 }
 
+// mountSlowSegment mounts the segment the disk tests' writes go to, for
+// client "slow".
+func mountSlowSegment(t *testing.T, c *cluster) {
+	seg := fsm.SegmentSpec{ID: "slow-seg", Name: "slow-host", Base: 1 << 40, Size: 1 << 30}
+	if err := retry(context.Background(), func(ctx context.Context) error { return c.admin.MountSegment(ctx, "slow", seg) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// putStart starts a put of key for client "slow", retried until answered.
+func putStart(t *testing.T, c *cluster, key string) {
+	if err := retry(context.Background(), func(ctx context.Context) error {
+		_, err := c.admin.PutStart(ctx, key, []uint64{64}, transport.ReplicateConfig{ReplicaNum: 1}, "slow")
+		return err
+	}); err != nil {
+		t.Fatalf("PutStart %s: %v", key, err)
+	}
+}
+
 // TestSlowFollowerDisk gives one follower a disk on which every log write
 // takes a second. A commit needs the leader and one follower, so writes go
 // on at the other follower's pace: twenty writes one after the other take
@@ -50,10 +69,7 @@ func failpointCluster(t *testing.T) (*cluster, int) {
 func TestSlowFollowerDisk(t *testing.T) {
 	c, l := failpointCluster(t)
 	ctx := context.Background()
-	seg := fsm.SegmentSpec{ID: "slow-seg", Name: "slow-host", Base: 1 << 40, Size: 1 << 30}
-	if err := retry(ctx, func(ctx context.Context) error { return c.admin.MountSegment(ctx, "slow", seg) }); err != nil {
-		t.Fatal(err)
-	}
+	mountSlowSegment(t, c)
 	f := (l + 1) % 3
 	slow := filepath.Join(c.dataDir, c.nodes[f].id, failpointSlowLog)
 	if err := os.WriteFile(slow, []byte("1s"), 0o644); err != nil {
@@ -65,12 +81,7 @@ func TestSlowFollowerDisk(t *testing.T) {
 	start := time.Now()
 	for i := range writes {
 		key := fmt.Sprint("slow/", i)
-		if err := retry(ctx, func(ctx context.Context) error {
-			_, err := c.admin.PutStart(ctx, key, []uint64{64}, transport.ReplicateConfig{ReplicaNum: 1}, "slow")
-			return err
-		}); err != nil {
-			t.Fatalf("PutStart %s: %v", key, err)
-		}
+		putStart(t, c, key)
 		if err := retry(ctx, func(ctx context.Context) error { return c.admin.PutEnd(ctx, key, "slow") }); err != nil {
 			t.Fatalf("PutEnd %s: %v", key, err)
 		}
@@ -117,19 +128,11 @@ func TestSlowLeaderDiskReplaced(t *testing.T) {
 		t.Fatalf("the leader with a slow disk was not replaced: %v", err)
 	}
 	t.Logf("%s replaced by %s %v after its log writes began to take 3 s", c.nodes[l].id, c.nodes[nl].id, time.Since(start).Round(time.Millisecond))
-	seg := fsm.SegmentSpec{ID: "slow-seg", Name: "slow-host", Base: 1 << 40, Size: 1 << 30}
-	if err := retry(ctx, func(ctx context.Context) error { return c.admin.MountSegment(ctx, "slow", seg) }); err != nil {
-		t.Fatal(err)
-	}
+	mountSlowSegment(t, c)
 	const writes = 5
 	for i := range writes {
 		key := fmt.Sprint("slow/", i)
-		if err := retry(ctx, func(ctx context.Context) error {
-			_, err := c.admin.PutStart(ctx, key, []uint64{64}, transport.ReplicateConfig{ReplicaNum: 1}, "slow")
-			return err
-		}); err != nil {
-			t.Fatalf("PutStart %s: %v", key, err)
-		}
+		putStart(t, c, key)
 	}
 	if err := os.Remove(slow); err != nil {
 		t.Fatal(err)
