@@ -66,12 +66,20 @@ func snapshotsIntact(t *testing.T, dataDir string) int {
 // log is refused as retryable and not applied (raft's LogCache says so by
 // text only), not as an internal error.
 func TestLeaderLogWriteFailure(t *testing.T) {
+	cache, err := raft.NewLogCache(8, failingLog{raft.NewInmemStore()})
+	require.NoError(t, err)
+	stored := cache.StoreLogs([]*raft.Log{{Index: 1, Term: 1}}) // the error as raft hands it on
+	require.Error(t, stored)
 	n := &Node{cfg: Config{ID: "n1"}}
-	err := n.raftErr(fmt.Errorf("unable to store logs within log store, err: %q", syscall.ENOSPC), true)
+	err = n.raftErr(stored, true)
 	assert.Equal(t, errcode.UnavailableInCurrentStatus, errcode.Of(err))
 	assert.Contains(t, err.Error(), "not applied")
 	assert.Contains(t, err.Error(), "no space left on device")
 }
+
+type failingLog struct{ raft.LogStore }
+
+func (failingLog) StoreLogs([]*raft.Log) error { return syscall.ENOSPC }
 
 // TestDiskFull fills one node's file system (each node's data dir is on a
 // tmpfs of its own) while the cluster takes writes, then frees it. The
