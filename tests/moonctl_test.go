@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,16 +93,97 @@ func TestMoonctl(t *testing.T) {
 	}
 	_, _, code := moonctl("mount", "--client", "c1", "--segment", "seg3", "--size", "4096")
 	require.Equal(t, 0, code)
-	out, _, code := moonctl("--json", "segment", "status")
+	out, _, code := moonctl("segment", "status", "--json") // a global flag after the command
 	require.Equal(t, 0, code)
 	var segs []map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &segs), out)
 	require.Len(t, segs, 1, "seg1 was unmounted")
 	assert.Equal(t, map[string]any{"id": "seg3", "name": "seg3", "client_id": "c1", "state": "OK", "base": 0.0, "size": 4096.0,
-		"used_bytes": 0.0, "objects": 0.0}, segs[0])
-	out, _, code = moonctl("--json", "status")
+		"used_bytes": 0.0, "objects": 0.0, "drain_until_ms": 0.0}, segs[0])
+	out, _, code = moonctl("status", "--json")
 	require.Equal(t, 0, code)
 	var sts []map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &sts), out)
 	assert.Len(t, sts, 3)
+	pinJSONShapes(t, moonctl, filepath.Join(t.TempDir(), "snap"))
+}
+
+// pinJSONShapes runs every command with --json and checks the names and
+// kinds of what it prints, so a renamed or dropped field fails here before
+// it breaks a script (docs/CLI.md documents the same shapes).
+func pinJSONShapes(t *testing.T, moonctl func(...string) (string, string, int), snap string) {
+	object := `{"key":"string","lease_until_ms":"number","replicas":[{"buffers":[{"buffer_address":"number","segment_id":"string","segment_name":"string","size":"number"}],"status":"string"}]}`
+	result := `{"result":"string"}`
+	node := `{"applied_index":"number","applied_seq":"number","capacity_bytes":"number","commit_index":"number","digest":"string",` +
+		`"disk_error":"string","endpoint":"string","error":"null","etcd_export":"bool","export_ring_len":"number","exported_seq":"number",` +
+		`"grpc_addr":"string","http_addr":"string","id":"string","leader_grpc_addr":"string","leader_id":"string","now_ms":"number",` +
+		`"object_set_digest":"string","objects":"number","promoted":"bool","raft_addr":"string","read_lease_remaining_ms":"number",` +
+		`"read_mode":"string","role":"string","segments":"number","sessions":"number","term":"number","used_bytes":"number"}`
+	summary := `{"applied_seq":"number","bytes":"number","checksum_ok":"bool","cluster_id":"string","created_unix_ms":"number","digest":"string",` +
+		`"file":"string","file_bytes":"number","format_version":"number","node_id":"string","objects":"number","raft_index":"number",` +
+		`"raft_term":"number","segments":"number","sessions":"number"}`
+	for _, s := range []struct {
+		args  []string
+		shape string
+	}{
+		{[]string{"mount", "--client", "c2", "--segment", "seg4", "--size", "1048576"}, result},
+		{[]string{"ping", "--client", "c2"}, `{"client_status":"string","ttl_ms":"number","view_version":"number"}`},
+		{[]string{"put", "j/1", "--size", "100", "--client", "c2"}, object},
+		{[]string{"upsert", "j/2", "--size", "100", "--client", "c2"}, object},
+		{[]string{"put-start", "j/3", "--size", "100", "--client", "c2"}, object},
+		{[]string{"put-end", "j/3", "--client", "c2"}, result},
+		{[]string{"put-start", "j/4", "--size", "100", "--client", "c2"}, object},
+		{[]string{"put-revoke", "j/4", "--client", "c2"}, result},
+		{[]string{"get", "j/1"}, object},
+		{[]string{"exist", "j/1"}, `{"exists":"bool","key":"string"}`},
+		{[]string{"ls", "--regex", "^j/"}, "[" + object + "]"},
+		{[]string{"rm", "j/1", "--force"}, `{"removed":"number","results":[]}`},
+		{[]string{"rm", "j/2", "nope", "--force"}, `{"removed":"number","results":[{"key":"string","result":"string"}]}`},
+		{[]string{"rm", "--regex", "^j/", "--force"}, `{"removed":"number","results":[]}`},
+		{[]string{"segment", "status", "seg4"}, `[{"base":"number","client_id":"string","drain_until_ms":"number","id":"string","name":"string",` +
+			`"objects":"number","size":"number","state":"string","used_bytes":"number"}]`},
+		{[]string{"members", "list"}, `[{"grpc_addr":"string","id":"string","leader":"bool","raft_addr":"string","suffrage":"string"}]`},
+		{[]string{"status"}, "[" + node + "]"},
+		{[]string{"snapshot", "save", snap}, summary},
+		{[]string{"snapshot", "inspect", snap}, summary},
+		{[]string{"leader", "transfer"}, result},
+		{[]string{"unmount", "--client", "c2", "--segment", "seg4"}, result},
+	} {
+		out, errOut, code := moonctl(append(s.args, "--json")...)
+		if slices.Contains(s.args, "nope") { // one key not removed: exit 1, the results still printed
+			require.Equal(t, 1, code, "moonctl %v: %s", s.args, errOut)
+		} else {
+			require.Equal(t, 0, code, "moonctl %v: %s", s.args, errOut)
+		}
+		var v any
+		require.NoError(t, json.Unmarshal([]byte(out), &v), "moonctl %v: %s", s.args, out)
+		got, err := json.Marshal(shapeOf(v))
+		require.NoError(t, err)
+		assert.JSONEq(t, s.shape, string(got), "moonctl %v --json: %s", s.args, out)
+	}
+}
+
+// shapeOf replaces every value by its JSON kind, and an array by its first
+// element's shape.
+func shapeOf(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		m := map[string]any{}
+		for k, e := range x {
+			m[k] = shapeOf(e)
+		}
+		return m
+	case []any:
+		if len(x) == 0 {
+			return []any{}
+		}
+		return []any{shapeOf(x[0])}
+	case string:
+		return "string"
+	case float64:
+		return "number"
+	case bool:
+		return "bool"
+	}
+	return "null"
 }

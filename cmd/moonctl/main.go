@@ -7,11 +7,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,45 +22,6 @@ import (
 	"github.com/moonraft/moonraft/oplog"
 	"github.com/moonraft/moonraft/transport"
 )
-
-const usage = `usage: moonctl [--endpoints host:port,...] [--json] [--timeout D]
-               [--tls-cert F --tls-key F] [--tls-ca F] [--tls-server-name N]
-               [--admin-token-file F | --admin-token T] COMMAND [ARGS]
-
-TLS: --tls-ca verifies the masters (turns TLS on); --tls-cert/--tls-key is the
-client certificate masters with a CA require. Admin commands (members, leader
-transfer, snapshot save/restore, rm --all) need the admin token when the
-masters have one.
-
-commands:
-  status                                   every node: id, addresses, role, term, applied index and seq, digest
-  mount --client C --segment NAME --size N [--base ADDR]
-  unmount --client C --segment NAME [--graceful [--grace D]]
-                                           --graceful: no new allocations now, unmounted once nothing
-                                           on it is leased or written, or after D (0: the server's bound)
-  segment status [NAME] [--id]            one segment by name (or id), or every one
-  ping --client C
-  put KEY --size N [--replicas R] [--client C] [--soft-pin]    PutStart then PutEnd
-  upsert KEY --size N [--replicas R] [--client C] [--soft-pin] UpsertStart then UpsertEnd
-  put-start KEY --size N [--replicas R] [--client C] [--soft-pin]
-  put-end KEY --client C
-  put-revoke KEY --client C
-  get KEY
-  exist KEY
-  ls [--regex RE]
-  rm KEY... [--force] | rm --regex RE [--force] | rm --all [--force]
-                                           several keys: one BatchRemove, a result per key
-  members list | members add ID RAFTADDR | members remove ID
-  leader transfer [ID]
-  snapshot save FILE                       stream a fresh snapshot from the leader into FILE (atomically)
-  snapshot inspect FILE                    verify FILE and show its header, counts and digest
-  snapshot restore FILE                    install FILE on the live cluster (every node)
-  snapshot restore --offline --data-dir DIR --id ID --peers id=raftaddr,... [--replay-etcd
-      [--etcd-endpoints URLS] [--allow-gap]] [--cluster-id C] [--force] FILE
-                                           seed a fresh data directory for a lost cluster
-  oplog tail [--from SEQ] [--follow] [--etcd-endpoints URLS] [--etcd-prefix P] [--cluster-id C]
-                                           OpLog entries as stored in etcd
-`
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -76,8 +37,7 @@ type cli struct {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	g := flag.NewFlagSet("moonctl", flag.ContinueOnError)
-	g.SetOutput(stderr)
-	g.Usage = func() { fmt.Fprint(stderr, usage) }
+	g.SetOutput(io.Discard)
 	endpoints := g.String("endpoints", "127.0.0.1:7100", "comma-separated gRPC addresses of cluster members")
 	asJSON := g.Bool("json", false, "print JSON")
 	timeout := g.Duration("timeout", 10*time.Second, "give up after this long (snapshot commands: 30m unless given)")
@@ -88,47 +48,67 @@ func run(args []string, stdout, stderr io.Writer) int {
 	g.StringVar(&tlsFiles.ServerName, "tls-server-name", "", "name to verify in the masters' certificates instead of the host dialled")
 	tokenFile := g.String("admin-token-file", "", "file holding the admin token")
 	token := g.String("admin-token", "", "the admin token (visible to other users in ps; prefer --admin-token-file)")
-	if err := g.Parse(args); err != nil {
-		return 2
+	help := g.Bool("help", false, "print the usage")
+	g.BoolVar(help, "h", false, "print the usage")
+
+	global, rest := splitGlobal(g, args)
+	c := &cli{out: stdout, errOut: stderr, json: slices.ContainsFunc(global, isJSONFlag)}
+	cmd := ""
+	if len(rest) > 0 {
+		cmd = rest[0]
 	}
-	if g.NArg() == 0 {
-		g.Usage()
-		return 2
+	if err := g.Parse(global); err != nil {
+		return c.fail(cmd, badUsage("%v", err))
 	}
-	c := &cli{out: stdout, errOut: stderr, json: *asJSON, endpoints: listflag.Split(*endpoints)}
+	c.json = *asJSON
+	switch {
+	case *help:
+		return c.fail(cmd, flag.ErrHelp)
+	case cmd == "":
+		return c.fail(cmd, badUsage("no command"))
+	case strings.HasPrefix(cmd, "-"):
+		return c.fail("", badUsage("flag provided but not defined: %s", cmd))
+	case *tokenFile != "" && *token != "":
+		return c.fail(cmd, badUsage("give --admin-token-file or --admin-token, not both"))
+	}
+	c.endpoints = listflag.Split(*endpoints)
 	ccfg := transport.ClientConfig{Endpoints: c.endpoints, AdminToken: *token}
 	if *tokenFile != "" {
-		if *token != "" {
-			return c.fail(errcode.New(errcode.InvalidParams, "give --admin-token-file or --admin-token, not both"))
-		}
 		tok, err := transport.ReadTokenFile(*tokenFile)
 		if err != nil {
-			return c.fail(err)
+			return c.fail(cmd, err)
 		}
 		ccfg.AdminToken = tok
 	}
 	if tlsFiles.Enabled() {
 		tc, err := tlsFiles.ClientConfig()
 		if err != nil {
-			return c.fail(err)
+			return c.fail(cmd, err)
 		}
 		ccfg.TLS = tc
 	}
 	client, err := transport.Dial(ccfg)
 	if err != nil {
-		return c.fail(err)
+		return c.fail(cmd, err)
 	}
 	defer client.Close()
 	c.client = client
-	if g.Arg(0) == "snapshot" && !flagSet(g, "timeout") {
+	if cmd == "snapshot" && !flagSet(g, "timeout") {
 		*timeout = 30 * time.Minute
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := c.dispatch(ctx, g.Arg(0), g.Args()[1:]); err != nil {
-		return c.fail(err)
+	if err := c.dispatch(ctx, cmd, rest[1:]); err != nil {
+		return c.fail(cmd, err)
 	}
 	return 0
+}
+
+// isJSONFlag tells whether a global flag argument asks for JSON, so that an
+// error in the other global flags is reported as JSON too.
+func isJSONFlag(a string) bool {
+	name, _ := flagName(a)
+	return name == "json" && !strings.HasSuffix(a, "=false")
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {
@@ -137,53 +117,17 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-var errUsage = errors.New("usage")
-
-// fail prints the error code name (and message) and returns the exit status.
-func (c *cli) fail(err error) int {
-	if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(c.errOut, usage)
-		return 2
-	}
-	var coded *errcode.Error
-	if errors.As(err, &coded) {
-		fmt.Fprintln(c.errOut, err) // already starts with the code name
-	} else {
-		fmt.Fprintf(c.errOut, "%s: %v\n", errcode.Of(err), err)
-	}
-	return 1
-}
-
-// flags parses a command's flags; positional arguments may come before or
-// after them ("put KEY --size 10" and "put --size 10 KEY" both work).
-func flags(name string, args []string, def func(*flag.FlagSet)) ([]string, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	def(fs)
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, errcode.New(errcode.InvalidParams, "%v", err))
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
-
 func (c *cli) dispatch(ctx context.Context, cmd string, args []string) error {
 	switch cmd {
 	case "status":
-		return c.status(ctx)
+		return c.status(ctx, args)
 	case "mount", "unmount", "ping":
 		return c.segment(ctx, cmd, args)
 	case "put", "put-start", "upsert":
 		return c.put(ctx, cmd, args)
 	case "segment":
 		if len(args) == 0 || args[0] != "status" {
-			return errUsage
+			return badUsage("segment takes one subcommand: status")
 		}
 		return c.segmentStatus(ctx, args[1:])
 	case "put-end", "put-revoke":
@@ -198,23 +142,31 @@ func (c *cli) dispatch(ctx context.Context, cmd string, args []string) error {
 		return c.snapshot(ctx, args)
 	case "oplog":
 		if len(args) == 0 || args[0] != "tail" {
-			return errUsage
+			return badUsage("oplog takes one subcommand: tail")
 		}
 		return c.oplogTail(ctx, args[1:])
 	case "leader":
-		if len(args) == 0 || args[0] != "transfer" || len(args) > 2 {
-			return errUsage
-		}
-		id := ""
-		if len(args) == 2 {
-			id = args[1]
-		}
-		if err := c.client.TransferLeadership(ctx, id); err != nil {
-			return err
-		}
-		return c.print(map[string]string{"result": "leadership transferred"}, "leadership transferred\n")
+		return c.leader(ctx, args)
 	}
-	return errUsage
+	return badUsage("unknown command %q", cmd)
+}
+
+func (c *cli) leader(ctx context.Context, args []string) error {
+	pos, err := flags("leader", args, nil)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 || pos[0] != "transfer" || len(pos) > 2 {
+		return errArgs
+	}
+	id := ""
+	if len(pos) == 2 {
+		id = pos[1]
+	}
+	if err := c.client.TransferLeadership(ctx, id); err != nil {
+		return err
+	}
+	return c.print(resultJSON{"leadership transferred"}, "leadership transferred\n")
 }
 
 // print writes v as JSON with --json, else text.
@@ -228,10 +180,23 @@ func (c *cli) print(v any, text string) error {
 	return err
 }
 
-func (c *cli) status(ctx context.Context) error {
+func (c *cli) status(ctx context.Context, args []string) error {
+	pos, err := flags("status", args, nil)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return errArgs
+	}
 	sts, errs := c.client.StatusAll(ctx)
 	if c.json {
-		return c.print(sts, "")
+		if err := c.print(statusJSON(c.endpoints, sts, errs), ""); err != nil {
+			return err
+		}
+		if allNil(sts) {
+			return errReported
+		}
+		return nil
 	}
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tRAFT ADDR\tGRPC ADDR\tROLE\tTERM\tREADS\tAPPLIED INDEX\tAPPLIED SEQ\tEXPORTED SEQ\tEXPORT LAG\tOBJECTS\tDIGEST")
@@ -304,7 +269,7 @@ func (c *cli) segment(ctx context.Context, cmd string, args []string) error {
 		return err
 	}
 	if len(pos) != 0 || client == "" || (cmd != "ping" && name == "") {
-		return errUsage
+		return errArgs
 	}
 	switch cmd {
 	case "mount":
@@ -324,13 +289,13 @@ func (c *cli) segment(ctx context.Context, cmd string, args []string) error {
 		if p.NeedRemount {
 			status = "NEED_REMOUNT"
 		}
-		return c.print(map[string]any{"client_status": status, "ttl_ms": p.TTLMs, "view_version": p.ViewVersion},
+		return c.print(pingJSON{status, p.TTLMs, p.ViewVersion},
 			fmt.Sprintf("%s (ttl %d ms, view version %d)\n", status, p.TTLMs, p.ViewVersion))
 	}
 	if err != nil {
 		return err
 	}
-	return c.print(map[string]string{"result": "OK"}, "OK\n")
+	return c.print(resultJSON{"OK"}, "OK\n")
 }
 
 func (c *cli) put(ctx context.Context, cmd string, args []string) error {
@@ -350,7 +315,7 @@ func (c *cli) put(ctx context.Context, cmd string, args []string) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return errUsage
+		return errArgs
 	}
 	key := pos[0]
 	start, end := c.client.PutStart, c.client.PutEnd
@@ -369,7 +334,7 @@ func (c *cli) put(ctx context.Context, cmd string, args []string) error {
 			descs[i].Status = fsm.Complete.String()
 		}
 	}
-	return c.print(map[string]any{"key": key, "replicas": descs}, replicasText(key, descs))
+	return c.print(objectJSON{Key: key, Replicas: descs}, replicasText(key, descs))
 }
 
 func replicasText(key string, descs []oplog.ReplicaDesc) string {
@@ -391,7 +356,7 @@ func (c *cli) putFinish(ctx context.Context, cmd string, args []string) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return errUsage
+		return errArgs
 	}
 	if cmd == "put-end" {
 		err = c.client.PutEnd(ctx, pos[0], client)
@@ -401,7 +366,7 @@ func (c *cli) putFinish(ctx context.Context, cmd string, args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.print(map[string]string{"result": "OK"}, "OK\n")
+	return c.print(resultJSON{"OK"}, "OK\n")
 }
 
 func (c *cli) read(ctx context.Context, cmd string, args []string) error {
@@ -424,21 +389,21 @@ func (c *cli) read(ctx context.Context, cmd string, args []string) error {
 		for _, o := range objs {
 			fmt.Fprintf(&b, "%s\t%d replica(s)\n", o.Key, len(o.Replicas))
 		}
-		return c.print(objs, b.String())
+		return c.print(objectsJSON(objs), b.String())
 	case cmd == "get" && len(pos) == 1:
 		descs, until, err := c.client.GetReplicaList(ctx, pos[0])
 		if err != nil {
 			return err
 		}
-		return c.print(map[string]any{"key": pos[0], "replicas": descs, "lease_until_ms": until}, replicasText(pos[0], descs))
+		return c.print(objectJSON{pos[0], descs, until}, replicasText(pos[0], descs))
 	case cmd == "exist" && len(pos) == 1:
 		ok, _, err := c.client.ExistKey(ctx, pos[0])
 		if err != nil {
 			return err
 		}
-		return c.print(map[string]bool{"exists": ok}, fmt.Sprintln(ok))
+		return c.print(existJSON{pos[0], ok}, fmt.Sprintln(ok))
 	}
-	return errUsage
+	return errArgs
 }
 
 func (c *cli) rm(ctx context.Context, args []string) error {
@@ -465,12 +430,12 @@ func (c *cli) rm(ctx context.Context, args []string) error {
 	case len(pos) == 0 && regex == "" && all:
 		removed, err = c.client.RemoveAll(ctx, force)
 	default:
-		return errUsage
+		return errArgs
 	}
 	if err != nil {
 		return err
 	}
-	return c.print(map[string]uint64{"removed": removed}, fmt.Sprintf("removed %d\n", removed))
+	return c.print(removedJSON{Removed: removed, Results: []removeResultJSON{}}, fmt.Sprintf("removed %d\n", removed))
 }
 
 // batchRemove removes keys in one BatchRemove and reports each; it fails
@@ -480,18 +445,14 @@ func (c *cli) batchRemove(ctx context.Context, keys []string, force bool) error 
 	if err != nil {
 		return err
 	}
-	type result struct {
-		Key    string `json:"key"`
-		Result string `json:"result"`
-	}
 	var (
-		results []result
+		results []removeResultJSON
 		text    strings.Builder
 		removed uint64
 		first   error
 	)
 	for i, e := range errs {
-		r := result{keys[i], "OK"}
+		r := removeResultJSON{keys[i], "OK"}
 		if e != nil {
 			r.Result = e.Error()
 			first = cmp.Or(first, e)
@@ -502,7 +463,7 @@ func (c *cli) batchRemove(ctx context.Context, keys []string, force bool) error 
 		fmt.Fprintf(&text, "%s\t%s\n", r.Key, r.Result)
 	}
 	fmt.Fprintf(&text, "removed %d of %d\n", removed, len(keys))
-	if err := c.print(map[string]any{"removed": removed, "results": results}, text.String()); err != nil {
+	if err := c.print(removedJSON{removed, results}, text.String()); err != nil {
 		return err
 	}
 	if first != nil {
@@ -529,28 +490,13 @@ func (c *cli) segmentStatus(ctx context.Context, args []string) error {
 		st, err = c.client.QuerySegmentStatus(ctx, pos[0], byID)
 		sts = []transport.SegmentStatus{st}
 	default:
-		return errUsage
+		return errArgs
 	}
 	if err != nil {
 		return err
 	}
 	if c.json {
-		type segJSON struct {
-			ID           string `json:"id"`
-			Name         string `json:"name"`
-			ClientID     string `json:"client_id"`
-			State        string `json:"state"`
-			Base         uint64 `json:"base"`
-			Size         uint64 `json:"size"`
-			UsedBytes    uint64 `json:"used_bytes"`
-			Objects      uint64 `json:"objects"`
-			DrainUntilMs int64  `json:"drain_until_ms,omitempty"`
-		}
-		out := make([]segJSON, len(sts))
-		for i, st := range sts {
-			out[i] = segJSON{st.Segment.ID, st.Segment.Name, st.ClientID, st.State, st.Segment.Base, st.Segment.Size, st.UsedBytes, st.Objects, st.DrainUntilMs}
-		}
-		return c.print(out, "")
+		return c.print(segmentsJSON(sts), "")
 	}
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tNAME\tCLIENT\tSTATE\tSIZE\tUSED\tOBJECTS\tDRAIN UNTIL")
@@ -566,6 +512,10 @@ func (c *cli) segmentStatus(ctx context.Context, args []string) error {
 }
 
 func (c *cli) members(ctx context.Context, args []string) error {
+	args, err := flags("members", args, nil)
+	if err != nil {
+		return err
+	}
 	switch {
 	case len(args) == 1 && args[0] == "list":
 		ms, err := c.client.Members(ctx)
@@ -573,7 +523,7 @@ func (c *cli) members(ctx context.Context, args []string) error {
 			return err
 		}
 		if c.json {
-			return c.print(ms, "")
+			return c.print(membersJSON(ms), "")
 		}
 		w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tRAFT ADDR\tGRPC ADDR\tSUFFRAGE\tLEADER")
@@ -590,7 +540,7 @@ func (c *cli) members(ctx context.Context, args []string) error {
 			return err
 		}
 	default:
-		return errUsage
+		return errArgs
 	}
-	return c.print(map[string]string{"result": "OK"}, "OK\n")
+	return c.print(resultJSON{"OK"}, "OK\n")
 }

@@ -32,7 +32,7 @@ func (c *cli) oplogTail(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(pos) != 0 || from == 0 {
-		return errUsage
+		return errArgs
 	}
 	cfg.Endpoints = listflag.Split(endpoints)
 	store, err := etcdbridge.Open(cfg)

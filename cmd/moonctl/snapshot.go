@@ -64,7 +64,7 @@ func (p *progress) done() {
 
 func (c *cli) snapshot(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errUsage
+		return errArgs
 	}
 	switch args[0] {
 	case "save":
@@ -74,15 +74,18 @@ func (c *cli) snapshot(ctx context.Context, args []string) error {
 	case "restore":
 		return c.snapshotRestore(ctx, args[1:])
 	}
-	return errUsage
+	return errArgs
 }
 
 // snapshotSave streams a fresh snapshot from the leader into FILE, via a
 // temporary file renamed into place, so FILE is either whole or untouched.
 func (c *cli) snapshotSave(ctx context.Context, args []string) error {
-	pos, err := flags("snapshot save", args, func(*flag.FlagSet) {})
-	if err != nil || len(pos) != 1 {
-		return errUsage
+	pos, err := flags("snapshot save", args, nil)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errArgs
 	}
 	path := pos[0]
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
@@ -121,24 +124,6 @@ func inspectFile(path string) (snapshots.Summary, error) {
 	return snapshots.Inspect(f)
 }
 
-type summaryJSON struct {
-	File          string `json:"file"`
-	FormatVersion uint32 `json:"format_version"`
-	ClusterID     string `json:"cluster_id"`
-	NodeID        string `json:"node_id"`
-	CreatedUnixMs int64  `json:"created_unix_ms"`
-	RaftIndex     uint64 `json:"raft_index"`
-	RaftTerm      uint64 `json:"raft_term"`
-	AppliedSeq    uint64 `json:"applied_seq"`
-	Segments      uint64 `json:"segments"`
-	Sessions      uint64 `json:"sessions"`
-	Objects       uint64 `json:"objects"`
-	Bytes         uint64 `json:"bytes"`
-	FileBytes     int64  `json:"file_bytes"`
-	Digest        string `json:"digest"`
-	ChecksumOK    bool   `json:"checksum_ok"`
-}
-
 func (c *cli) printSummary(path string, s snapshots.Summary) error {
 	h := s.Header
 	j := summaryJSON{File: path, FormatVersion: s.Version, ClusterID: h.ClusterID, NodeID: h.NodeID, CreatedUnixMs: h.CreatedUnixMs,
@@ -164,9 +149,12 @@ checksum        ok
 // snapshotInspect verifies FILE and prints its header, counts and digest;
 // a damaged file is reported with what is wrong.
 func (c *cli) snapshotInspect(args []string) error {
-	pos, err := flags("snapshot inspect", args, func(*flag.FlagSet) {})
-	if err != nil || len(pos) != 1 {
-		return errUsage
+	pos, err := flags("snapshot inspect", args, nil)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errArgs
 	}
 	sum, err := inspectFile(pos[0])
 	if err != nil {
@@ -196,8 +184,11 @@ func (c *cli) snapshotRestore(ctx context.Context, args []string) error {
 		fs.StringVar(&o.Etcd.Prefix, "etcd-prefix", "mooncake-store", "with --replay-etcd: moonraft's key prefix in etcd")
 		fs.BoolVar(&o.AllowGap, "allow-gap", false, "with --replay-etcd: replay up to a gap instead of failing")
 	})
-	if err != nil || len(pos) != 1 {
-		return errUsage
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errArgs
 	}
 	path := pos[0]
 	if !offline {
@@ -218,7 +209,7 @@ func (c *cli) snapshotRestore(ctx context.Context, args []string) error {
 			return err
 		}
 		p.done()
-		return c.print(map[string]string{"result": "restored"}, "restored: every node now holds the snapshot's state\n")
+		return c.print(resultJSON{"restored"}, "restored: every node now holds the snapshot's state\n")
 	}
 	if o.Peers, err = node.ParsePeers(peers); err != nil {
 		return err
@@ -246,7 +237,9 @@ func (c *cli) snapshotRestore(ctx context.Context, args []string) error {
 	if rep.Gap {
 		text += fmt.Sprintf("WARNING: etcd lacks the entries after seq %d; they are not restored (--allow-gap)\n", rep.AppliedSeq)
 	}
-	return c.print(rep, text)
+	return c.print(restoreJSON{DataDir: o.DataDir, ID: o.ID, SnapshotSeq: rep.SnapshotSeq, AppliedSeq: rep.AppliedSeq, Replayed: rep.Replayed,
+		ReplayMs: rep.ReplayTime.Milliseconds(), Gap: rep.Gap, Skipped: rep.Skipped, StaleDropped: rep.StaleDropped, Digest: rep.Digest,
+		ObjectSetDigest: rep.ObjectSetDigest, RaftIndex: rep.RaftIndex, RaftTerm: rep.RaftTerm}, text)
 }
 
 // teeSeeker reports what is read to a progress meter and stays seekable
