@@ -2,7 +2,7 @@
 # make run: an embedded etcd (127.0.0.1:2379) and three moonraft nodes on
 # 127.0.0.1 (gRPC 7100-7102, Raft 7200-7202, HTTP 7300-7302, the Mooncake
 # protocol 50051-50053) exporting their OpLog to it; data under ./run/.
-# Ctrl-C stops them cleanly.
+# Ctrl-C, SIGTERM or SIGHUP stops them cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=./bin
@@ -11,7 +11,7 @@ mkdir -p run
 pids=()
 etcd_pid=""
 stop() {
-  trap - INT TERM
+  trap - INT TERM HUP
   echo
   echo "stopping..."
   kill -TERM "${pids[@]}" 2>/dev/null || true
@@ -21,8 +21,9 @@ stop() {
     wait "$etcd_pid" 2>/dev/null || true
   fi
   echo "stopped; data is kept in ./run/ (make clean removes it)"
+  exit 0
 }
-trap stop INT TERM
+trap stop INT TERM HUP
 "$BIN/moonraft" etcd --data-dir run/etcd --listen-client http://127.0.0.1:2379 --listen-peer http://127.0.0.1:2380 \
   >run/etcd.log 2>&1 &
 etcd_pid=$!
@@ -64,4 +65,11 @@ Try:
   bin/moonctl oplog tail
 Ctrl-C stops every node.
 MSG
-wait
+# make does not pass SIGHUP on to its recipe: stop as well once the process
+# that started us is gone.
+parent=$PPID
+while kill -0 "$parent" 2>/dev/null; do
+  sleep 1 &
+  wait $! || true
+done
+stop
