@@ -394,10 +394,15 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 		return n.notLeader()
 	}
 	var addr raft.ServerAddress
-	if id != "" {
+	switch {
+	case id == n.cfg.ID:
+		return errcode.New(errcode.InvalidParams, "%s is the leader already", id)
+	case id != "":
 		if addr = n.serverAddr(id); addr == "" {
 			return errcode.New(errcode.InvalidParams, "no member %q", id)
 		}
+	case !n.hasOtherVoter():
+		return errcode.New(errcode.InvalidParams, "no other voter to hand leadership to")
 	}
 	// The target's election (TimeoutNow) makes followers vote although
 	// they know this leader: the lease ends before it can ask.
@@ -431,6 +436,21 @@ func (n *Node) serverAddr(id string) raft.ServerAddress {
 		}
 	}
 	return ""
+}
+
+// hasOtherVoter tells whether the configuration has a voter besides this
+// node (raft's own answer otherwise is "cannot find peer").
+func (n *Node) hasOtherVoter() bool {
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return true // let raft answer
+	}
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != n.cfg.ID {
+			return true
+		}
+	}
+	return false
 }
 
 // notLeader answers a request that reached a follower: NOT_LEADER with the

@@ -226,12 +226,24 @@ func TestLeadershipTransfer(t *testing.T) {
 	mountSegments(t, c.nodes[l])
 	put(t, c.nodes[l], "before")
 	target := (l + 1) % 3
+	assert.Equal(t, errcode.InvalidParams, errcode.Of(c.nodes[l].TransferLeadership(ctx(t), c.cfgs[l].ID)), "to itself")
 	require.NoError(t, c.nodes[l].TransferLeadership(ctx(t), c.cfgs[target].ID))
 	require.Eventually(t, c.nodes[target].IsLeader, 5*time.Second, 10*time.Millisecond)
 	put(t, c.nodes[target], "after")
 	c.converged()
 	assert.Equal(t, 2, int(c.nodes[l].Status().Objects))
 	assert.Equal(t, c.cfgs[target].GRPCAddr, c.nodes[l].Status().LeaderGrpcAddr, "the new leader's Promote reached the old one")
+}
+
+// TestLeadershipTransferWithoutPeer: a lone node says there is nobody to
+// hand leadership to, instead of raft's "cannot find peer".
+func TestLeadershipTransferWithoutPeer(t *testing.T) {
+	c := newCluster(t, 1, time.Hour)
+	l := c.leader()
+	err := c.nodes[l].TransferLeadership(ctx(t), "")
+	assert.Equal(t, errcode.InvalidParams, errcode.Of(err), "%v", err)
+	assert.ErrorContains(t, err, "no other voter")
+	assert.True(t, c.nodes[l].IsLeader())
 }
 
 // TestFollowerWaitsOutElection: a request that reaches a follower while the
