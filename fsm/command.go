@@ -37,6 +37,7 @@ const (
 	CmdRemountSegmentsTransport CmdType = 18
 	// Promote of a leader that also serves the Mooncake protocol.
 	CmdPromoteMooncake CmdType = 19
+	CmdMember          CmdType = 20
 
 	// IgnoreUnknownFlag marks a command an older node may skip if it does
 	// not know the type (Consul's pattern, for rolling upgrades): a newer
@@ -160,6 +161,14 @@ type Promote struct {
 	MooncakeAddr string
 }
 
+// Member records a member's client (gRPC) address, so that every node can
+// name every member's (moonctl members list); an empty GRPCAddr forgets
+// the member.
+type Member struct {
+	ID       string
+	GRPCAddr string
+}
+
 // Exported trims the export ring up to Seq once etcd holds it.
 type Exported struct {
 	Seq uint64
@@ -240,6 +249,7 @@ func (*Batch) Type() CmdType           { return CmdBatch }
 func (*UpsertStart) Type() CmdType     { return CmdUpsertStart }
 func (*GracefulUnmount) Type() CmdType { return CmdGracefulUnmount }
 func (*DrainSegments) Type() CmdType   { return CmdDrainSegments }
+func (*Member) Type() CmdType          { return CmdMember }
 
 // encode writes the spec; the transport fields only with transport (the
 // command types that carry them, and snapshot records of segments that
@@ -438,6 +448,9 @@ func (c *GracefulUnmount) decode(d *dec) {
 func (c *DrainSegments) encode(e *enc) { e.i64(c.NowMs) }
 func (c *DrainSegments) decode(d *dec) { c.NowMs = d.i64() }
 
+func (c *Member) encode(e *enc) { e.str(c.ID); e.str(c.GRPCAddr) }
+func (c *Member) decode(d *dec) { c.ID, c.GRPCAddr = d.str(), d.str() }
+
 func (c *Exported) encode(e *enc) { e.u64(c.Seq) }
 func (c *Exported) decode(d *dec) { c.Seq = d.u64() }
 
@@ -507,6 +520,8 @@ func newCommand(t CmdType) Command {
 		return &GracefulUnmount{}
 	case CmdDrainSegments:
 		return &DrainSegments{}
+	case CmdMember:
+		return &Member{}
 	}
 	return nil
 }
@@ -564,6 +579,7 @@ var cmdNames = [...]string{
 	CmdMountSegmentTransport:    "MountSegment",
 	CmdRemountSegmentsTransport: "RemountSegments",
 	CmdPromoteMooncake:          "Promote",
+	CmdMember:                   "Member",
 }
 
 func (t CmdType) String() string {

@@ -14,6 +14,8 @@
 package fsm
 
 import (
+	"maps"
+
 	"github.com/google/btree"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/lease"
@@ -109,6 +111,8 @@ type FSM struct {
 	leaderAddr         string
 	leaderMooncakeAddr string // "" when the leader serves no Mooncake protocol
 	term               uint64
+	// members: member id -> client (gRPC) address (Member commands).
+	members map[string]string
 	// gen counts Snapshots: objects of an older gen may be shared with one.
 	gen uint64
 
@@ -218,6 +222,8 @@ func (f *FSM) ApplyCommand(c Command) Result {
 		return f.gracefulUnmount(c)
 	case *DrainSegments:
 		return f.drainSegments(c)
+	case *Member:
+		return f.member(c)
 	}
 	return failed(errcode.InvalidParams, "command of type %T is not applicable", c)
 }
@@ -353,4 +359,25 @@ func (f *FSM) expireTombstones() {
 		}
 	}
 	f.tombQueue = f.tombQueue[i:]
+}
+
+// member records (or, with no address, forgets) a member's client address.
+func (f *FSM) member(c *Member) Result {
+	if c.ID == "" {
+		return failed(errcode.InvalidParams, "a member needs an id")
+	}
+	if c.GRPCAddr == "" {
+		delete(f.members, c.ID)
+		return Result{}
+	}
+	if f.members == nil {
+		f.members = map[string]string{}
+	}
+	f.members[c.ID] = c.GRPCAddr
+	return Result{}
+}
+
+// MemberAddrs returns the client address of every member that recorded one.
+func (f *FSM) MemberAddrs() map[string]string {
+	return maps.Clone(f.members)
 }

@@ -124,8 +124,14 @@ func (g *gen) next(f *FSM) Command {
 			&PutEnd{NowMs: now, Key: up.Key, ClientID: up.ClientID},
 			&Remove{NowMs: now, Key: g.key(), Force: g.r.IntN(2) == 0},
 		}}
-	case op < 73:
+	case op < 72:
 		return &DrainSegments{NowMs: now}
+	case op < 73:
+		m := &Member{ID: fmt.Sprintf("n%d", g.r.IntN(4))}
+		if g.r.IntN(4) != 0 { // else forget it
+			m.GRPCAddr = fmt.Sprintf("10.0.0.%d:7100", g.r.IntN(3))
+		}
+		return m
 	case op < 92:
 		t := &Tick{NowMs: now, Evict: f.EvictionDue() || g.r.IntN(8) == 0}
 		for i := g.r.IntN(20); i > 0; i-- {

@@ -17,7 +17,7 @@ import (
 // The last three hold state of graceful unmounts and upserts and are written
 // only when it exists, so a state without them has the format (and digest)
 // of the release before them.
-var sectionOrder = []string{"meta", "segments", "sessions", "objects", "tombstones", "ring", "draining", "replaced", "discarded"}
+var sectionOrder = []string{"meta", "segments", "sessions", "objects", "tombstones", "ring", "draining", "replaced", "discarded", "members"}
 
 // Snapshot is a point-in-time view of the state. Taking it is cheap (the
 // object and tombstone trees are cloned copy-on-write, the rest is small);
@@ -33,7 +33,10 @@ type Snapshot struct {
 	draining   []drainRec
 	replaced   []replacedRec
 	discarded  []discard
+	members    []memberRec
 }
+
+type memberRec struct{ id, grpcAddr string }
 
 type drainRec struct {
 	seg     *segment
@@ -94,6 +97,10 @@ func (f *FSM) Snapshot() *Snapshot {
 		s.sessions = append(s.sessions, sessionRec{id, d, slices.Clone(sess.segments)})
 	}
 	slices.SortFunc(s.sessions, func(a, b sessionRec) int { return cmp.Compare(a.clientID, b.clientID) })
+	for id, addr := range f.members {
+		s.members = append(s.members, memberRec{id, addr})
+	}
+	slices.SortFunc(s.members, func(a, b memberRec) int { return cmp.Compare(a.id, b.id) })
 	return s
 }
 
@@ -262,6 +269,16 @@ func (s *Snapshot) writeSections(w *snapshots.Writer) error {
 		}
 		return nil
 	})
+	optional("members", len(s.members), func() error {
+		for _, m := range s.members {
+			e.str(m.id)
+			e.str(m.grpcAddr)
+			if err := rec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	return err
 }
 
@@ -381,6 +398,8 @@ func (rs *restorer) record(name string, data []byte) error {
 		err = rs.replacedRec(d)
 	case "discarded":
 		err = rs.discardRec(d)
+	case "members":
+		err = rs.memberRec(d)
 	}
 	if err == nil {
 		err = d.done()
@@ -580,6 +599,24 @@ func (rs *restorer) discardRec(d *dec) error {
 		return corrupt("a discarded write without replicas")
 	}
 	rs.f.discarded = append(rs.f.discarded, discard{release, reps})
+	return nil
+}
+
+func (rs *restorer) memberRec(d *dec) error {
+	id, addr := d.str(), d.str()
+	if d.err != nil {
+		return d.err
+	}
+	if id == "" || addr == "" {
+		return corrupt("a member without an id or an address")
+	}
+	if _, dup := rs.f.members[id]; dup {
+		return corrupt("member %q recorded twice", id)
+	}
+	if rs.f.members == nil {
+		rs.f.members = map[string]string{}
+	}
+	rs.f.members[id] = addr
 	return nil
 }
 

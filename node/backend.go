@@ -70,19 +70,24 @@ func (n *Node) GetReplicaListByRegex(ctx context.Context, regex string) ([]fsm.K
 	return out, rerr
 }
 
-// Members lists the Raft configuration. Client addresses are known for this
-// node and for the promoted leader only.
+// Members lists the Raft configuration with every member's client address
+// the replicated state holds (each member has the leader record its own:
+// announceLoop), this node's and the promoted leader's also before that.
 func (n *Node) Members(ctx context.Context) ([]*moonraftpb.Member, error) {
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return nil, n.raftErr(err, false)
 	}
 	_, leader := n.raft.LeaderWithID()
-	var st fsm.Stats
-	n.sm.read(func(f *fsm.FSM) { st = f.Stats() })
+	var (
+		st    fsm.Stats
+		addrs map[string]string
+	)
+	n.sm.read(func(f *fsm.FSM) { st, addrs = f.Stats(), f.MemberAddrs() })
 	var out []*moonraftpb.Member
 	for _, s := range cf.Configuration().Servers {
-		m := &moonraftpb.Member{Id: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String(), Leader: s.ID == leader}
+		m := &moonraftpb.Member{Id: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String(), Leader: s.ID == leader,
+			GrpcAddr: addrs[string(s.ID)]}
 		switch string(s.ID) {
 		case n.cfg.ID:
 			m.GrpcAddr = n.cfg.GRPCAddr
@@ -94,18 +99,25 @@ func (n *Node) Members(ctx context.Context) ([]*moonraftpb.Member, error) {
 	return out, nil
 }
 
-// AddVoter adds a server to the cluster (leader only).
-func (n *Node) AddVoter(ctx context.Context, id, raftAddr string) error {
+// AddVoter adds a server to the cluster (leader only); a voter already at
+// raftAddr is left as it is, so a member may call it again to have its
+// client address recorded.
+func (n *Node) AddVoter(ctx context.Context, id, raftAddr, grpcAddr string) error {
 	if err := n.awaitLeader(ctx); err != nil {
 		return err
 	}
 	if id == "" || raftAddr == "" {
 		return errcode.New(errcode.InvalidParams, "add voter needs an id and a raft address")
 	}
-	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, timeoutOf(ctx)).Error(); err != nil {
-		return n.raftErr(err, true)
+	if s, ok := n.server(id); !ok || s.Address != raft.ServerAddress(raftAddr) || s.Suffrage != raft.Voter {
+		if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, timeoutOf(ctx)).Error(); err != nil {
+			return n.raftErr(err, true)
+		}
 	}
-	return nil
+	if grpcAddr == "" {
+		return nil
+	}
+	return n.recordMember(ctx, id, grpcAddr)
 }
 
 // RemoveServer removes a server from the cluster (leader only).
@@ -119,7 +131,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeoutOf(ctx)).Error(); err != nil {
 		return n.raftErr(err, true)
 	}
-	return nil
+	return n.recordMember(ctx, id, "")
 }
 
 // SnapshotSave streams a fresh snapshot of the leader's state into w. The

@@ -362,7 +362,7 @@ func TestFollowerOverRealEtcd(t *testing.T) {
 	// It is read-only: writes and admin calls are refused, naming the mode.
 	_, err = ef.Propose(ctx(t), &fsm.RemoveAll{NowMs: ts, Force: true})
 	assert.Equal(t, errcode.UnavailableInCurrentMode, errcode.Of(err), "%v", err)
-	for _, err := range []error{ef.AddVoter(ctx(t), "x", "127.0.0.1:1"), ef.TransferLeadership(ctx(t), ""), ef.SnapshotSave(ctx(t), io.Discard)} {
+	for _, err := range []error{ef.AddVoter(ctx(t), "x", "127.0.0.1:1", ""), ef.TransferLeadership(ctx(t), ""), ef.SnapshotSave(ctx(t), io.Discard)} {
 		assert.Equal(t, errcode.UnavailableInCurrentMode, errcode.Of(err), "%v", err)
 		assert.Contains(t, err.Error(), "read-only etcd follower")
 	}

@@ -86,6 +86,9 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	n.promotedTerm.Store(term)
 	n.leaderSignal.fire()
 	n.log.Info("promotion done, serving")
+	if err := n.recordMember(ctx, n.cfg.ID, n.cfg.GRPCAddr); err != nil {
+		n.log.Warn("could not record this node's client address", "error", err)
+	}
 	t := time.NewTicker(n.cfg.Tick)
 	defer t.Stop()
 	for {

@@ -211,6 +211,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		defer n.wg.Done()
 		n.diskWatchdog(lctx)
 	}()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.announceLoop(lctx)
+	}()
 	return n, nil
 }
 
@@ -426,16 +431,22 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 }
 
 func (n *Node) serverAddr(id string) raft.ServerAddress {
+	s, _ := n.server(id)
+	return s.Address
+}
+
+// server returns member id of the Raft configuration.
+func (n *Node) server(id string) (raft.Server, bool) {
 	cf := n.raft.GetConfiguration()
 	if cf.Error() != nil {
-		return ""
+		return raft.Server{}, false
 	}
 	for _, s := range cf.Configuration().Servers {
 		if string(s.ID) == id {
-			return s.Address
+			return s, true
 		}
 	}
-	return ""
+	return raft.Server{}, false
 }
 
 // hasOtherVoter tells whether the configuration has a voter besides this

@@ -381,6 +381,42 @@ func TestJoin(t *testing.T) {
 	c.start(3)
 	assert.True(t, c.nodes[3].HadState())
 	c.converged()
+
+	// Every node names every member's client address: the bootstrapped
+	// ones announced theirs, the joiner gave its own.
+	want := map[string]string{}
+	for _, cfg := range c.cfgs {
+		want[cfg.ID] = cfg.GRPCAddr
+	}
+	for i := range c.nodes {
+		require.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, memberAddrs(t, c.nodes[i])) },
+			10*time.Second, 50*time.Millisecond, "node %s: %v", c.cfgs[i].ID, memberAddrs(t, c.nodes[i]))
+	}
+	// A removed member is forgotten.
+	require.NoError(t, c.nodes[l].RemoveServer(ctx(t), "n3"))
+	c.stop(3)
+	delete(want, "n3")
+	for i := range 3 {
+		require.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, memberAddrs(t, c.nodes[i])) },
+			10*time.Second, 50*time.Millisecond, "node %s: %v", c.cfgs[i].ID, memberAddrs(t, c.nodes[i]))
+	}
+	c.converged()
+	for i := range 3 {
+		var addrs map[string]string
+		c.nodes[i].sm.read(func(f *fsm.FSM) { addrs = f.MemberAddrs() })
+		assert.Equal(t, want, addrs, "node %s: the replicated state forgot n3 too", c.cfgs[i].ID)
+	}
+}
+
+// memberAddrs is what Members says of each member's client address.
+func memberAddrs(t *testing.T, nd *Node) map[string]string {
+	ms, err := nd.Members(ctx(t))
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, m := range ms {
+		out[m.Id] = m.GrpcAddr
+	}
+	return out
 }
 
 func TestHTTPHealth(t *testing.T) {

@@ -178,7 +178,7 @@ func (n *Node) join(ctx context.Context) error {
 	defer c.Close()
 	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := c.AddVoter(jctx, n.cfg.ID, string(n.trans.LocalAddr())); err != nil {
+	if err := c.AddVoter(jctx, n.cfg.ID, string(n.trans.LocalAddr()), n.cfg.GRPCAddr); err != nil {
 		return errcode.New(errcode.Of(err), "join through %s: %v", n.cfg.Join, err)
 	}
 	n.log.Info("joined the cluster", "through", n.cfg.Join)

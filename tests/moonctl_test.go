@@ -106,6 +106,31 @@ func TestMoonctl(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &sts), out)
 	assert.Len(t, sts, 3)
 	pinJSONShapes(t, moonctl, filepath.Join(t.TempDir(), "snap"))
+
+	// Asked of any one node, members list names every member's address.
+	want := map[string]string{}
+	for _, p := range c.Procs {
+		want[p.ID] = p.GRPCAddr
+	}
+	for _, p := range c.Procs {
+		require.Eventually(t, func() bool {
+			out, _, code := moonctl("members", "list", "--json", "--endpoints", p.GRPCAddr)
+			var ms []memberJSON
+			if code != 0 || json.Unmarshal([]byte(out), &ms) != nil {
+				return false
+			}
+			got := map[string]string{}
+			for _, m := range ms {
+				got[m.ID] = m.GRPCAddr
+			}
+			return assert.ObjectsAreEqual(want, got)
+		}, 10*time.Second, 100*time.Millisecond, "members list through %s", p.ID)
+	}
+}
+
+type memberJSON struct {
+	ID       string `json:"id"`
+	GRPCAddr string `json:"grpc_addr"`
 }
 
 // pinJSONShapes runs every command with --json and checks the names and

@@ -46,7 +46,9 @@ type Backend interface {
 	// Progress is Status without the digests (cheap, for polling).
 	Progress() *moonraftpb.NodeStatus
 	Members(ctx context.Context) ([]*moonraftpb.Member, error)
-	AddVoter(ctx context.Context, id, raftAddr string) error
+	// AddVoter adds id as a voter (nothing to change if it is one at
+	// raftAddr) and records grpcAddr, its client address, if not "".
+	AddVoter(ctx context.Context, id, raftAddr, grpcAddr string) error
 	RemoveServer(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) error
 	// SnapshotSave streams a fresh consistent snapshot of the leader's state.
@@ -61,7 +63,7 @@ type Backend interface {
 type NoAdmin struct{ Err error }
 
 func (a NoAdmin) Members(context.Context) ([]*moonraftpb.Member, error) { return nil, a.Err }
-func (a NoAdmin) AddVoter(context.Context, string, string) error        { return a.Err }
+func (a NoAdmin) AddVoter(context.Context, string, string, string) error { return a.Err }
 func (a NoAdmin) RemoveServer(context.Context, string) error            { return a.Err }
 func (a NoAdmin) TransferLeadership(context.Context, string) error      { return a.Err }
 func (a NoAdmin) SnapshotSave(context.Context, io.Writer) error         { return a.Err }

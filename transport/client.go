@@ -816,10 +816,11 @@ func (c *Client) Members(ctx context.Context) ([]*moonraftpb.Member, error) {
 	return r.GetMembers(), nil
 }
 
-// AddVoter adds server id at raftAddr as a voter; retried, since adding
-// the same voter again leaves the configuration as it is.
-func (c *Client) AddVoter(ctx context.Context, id, raftAddr string) error {
-	_, err := call(ctx, c, true, moonraftpb.MasterClient.AddVoter, &moonraftpb.AddVoterRequest{Id: id, RaftAddr: raftAddr})
+// AddVoter adds server id at raftAddr as a voter and records its client
+// address grpcAddr (if not ""); retried, since adding the same voter again
+// leaves the configuration as it is.
+func (c *Client) AddVoter(ctx context.Context, id, raftAddr, grpcAddr string) error {
+	_, err := call(ctx, c, true, moonraftpb.MasterClient.AddVoter, &moonraftpb.AddVoterRequest{Id: id, RaftAddr: raftAddr, GrpcAddr: grpcAddr})
 	return err
 }
 

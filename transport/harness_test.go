@@ -155,7 +155,7 @@ func (b *testBackend) Members(context.Context) ([]*moonraftpb.Member, error) {
 	return []*moonraftpb.Member{{Id: "n", GrpcAddr: b.lis.Addr().String(), Suffrage: "Voter", Leader: true}}, nil
 }
 
-func (b *testBackend) AddVoter(context.Context, string, string) error { return b.refuse() }
+func (b *testBackend) AddVoter(context.Context, string, string, string) error { return b.refuse() }
 func (b *testBackend) RemoveServer(context.Context, string) error     { return b.refuse() }
 func (b *testBackend) TransferLeadership(context.Context, string) error {
 	return b.refuse()

@@ -276,7 +276,7 @@ func TestAdminToken(t *testing.T) {
 	_, err = anon.RemoveAll(ctx, true)
 	requireCode(t, errcode.PermissionDenied, err)
 	requireCode(t, errcode.PermissionDenied, anon.TransferLeadership(ctx, ""))
-	requireCode(t, errcode.PermissionDenied, anon.AddVoter(ctx, "n9", "127.0.0.1:1"))
+	requireCode(t, errcode.PermissionDenied, anon.AddVoter(ctx, "n9", "127.0.0.1:1", ""))
 	requireCode(t, errcode.PermissionDenied, anon.RemoveServer(ctx, "n9"))
 	requireCode(t, errcode.PermissionDenied, anon.SnapshotSave(ctx, io.Discard))
 	assert.Zero(t, b.proposes.Load(), "no refused admin call reached the backend")

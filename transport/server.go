@@ -392,10 +392,8 @@ func (s *server) Members(ctx context.Context, _ *moonraftpb.MembersRequest) (*mo
 	return &moonraftpb.MembersResponse{Status: statusOf(err), Members: ms}, nil
 }
 
-// AddVoter ignores the request's grpc_addr: the Backend has no place for it
-// (a leader's client address travels in its Promote command instead).
 func (s *server) AddVoter(ctx context.Context, req *moonraftpb.AddVoterRequest) (*moonraftpb.AddVoterResponse, error) {
-	return &moonraftpb.AddVoterResponse{Status: statusOf(s.b.AddVoter(ctx, req.GetId(), req.GetRaftAddr()))}, nil
+	return &moonraftpb.AddVoterResponse{Status: statusOf(s.b.AddVoter(ctx, req.GetId(), req.GetRaftAddr(), req.GetGrpcAddr()))}, nil
 }
 
 func (s *server) RemoveServer(ctx context.Context, req *moonraftpb.RemoveServerRequest) (*moonraftpb.RemoveServerResponse, error) {

@@ -154,7 +154,7 @@ func TestRoundTrip(t *testing.T) {
 	ms, err := c.Members(ctx)
 	require.NoError(t, err)
 	require.Len(t, ms, 1)
-	require.NoError(t, c.AddVoter(ctx, "n2", "127.0.0.1:1"))
+	require.NoError(t, c.AddVoter(ctx, "n2", "127.0.0.1:1", ""))
 	require.NoError(t, c.RemoveServer(ctx, "n2"))
 	require.NoError(t, c.TransferLeadership(ctx, ""))
 }

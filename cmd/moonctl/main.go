@@ -532,7 +532,7 @@ func (c *cli) members(ctx context.Context, args []string) error {
 		}
 		return w.Flush()
 	case len(args) == 3 && args[0] == "add":
-		if err := c.client.AddVoter(ctx, args[1], args[2]); err != nil {
+		if err := c.client.AddVoter(ctx, args[1], args[2], ""); err != nil {
 			return err
 		}
 	case len(args) == 2 && args[0] == "remove":

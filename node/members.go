@@ -1,0 +1,79 @@
+package node
+
+import (
+	"context"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/transport"
+)
+
+// recordMember has the replicated state hold grpcAddr as member id's client
+// address ("" forgets it), unless it does already.
+func (n *Node) recordMember(ctx context.Context, id, grpcAddr string) error {
+	var have string
+	n.sm.read(func(f *fsm.FSM) { have = f.MemberAddrs()[id] })
+	if have == grpcAddr {
+		return nil
+	}
+	r, err := n.apply(ctx, &fsm.Member{ID: id, GRPCAddr: grpcAddr})
+	if err != nil {
+		return err
+	}
+	return r.Err
+}
+
+// announceLoop has the leader record this follower's client address, so
+// that members list names it on every node (a bootstrapped member never
+// joined through AddVoter). It asks with AddVoter, which leaves the
+// configuration alone for a voter already at this Raft address, until the
+// replicated state holds the address: after a second, then backing off to
+// a minute while asking has no effect (a leader of an older release
+// ignores the address and appends a configuration entry each time).
+func (n *Node) announceLoop(ctx context.Context) {
+	const first, most = time.Second, time.Minute
+	t := time.NewTicker(first)
+	defer t.Stop()
+	wait, next := first, time.Now().Add(first)
+	lastLeader := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n.cfg.GRPCAddr == "" || n.IsLeader() {
+			continue
+		}
+		var (
+			st   fsm.Stats
+			have string
+		)
+		n.sm.read(func(f *fsm.FSM) { st, have = f.Stats(), f.MemberAddrs()[n.cfg.ID] })
+		if st.LeaderAddr != lastLeader { // a new leader: ask it soon
+			lastLeader, wait, next = st.LeaderAddr, first, time.Now()
+		}
+		self, known := n.server(n.cfg.ID)
+		if have == n.cfg.GRPCAddr || st.LeaderAddr == "" || !known || self.Suffrage != raft.Voter || time.Now().Before(next) {
+			continue
+		}
+		if err := n.announce(ctx, st.LeaderAddr, string(self.Address)); err != nil && wait == first {
+			n.log.Warn("could not have the leader record this node's client address; retrying", "leader", st.LeaderAddr, "error", err)
+		}
+		next = time.Now().Add(wait)
+		wait = min(2*wait, most)
+	}
+}
+
+func (n *Node) announce(ctx context.Context, leader, raftAddr string) error {
+	c, err := transport.Dial(n.clientConfig(leader))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.AddVoter(actx, n.cfg.ID, raftAddr, n.cfg.GRPCAddr)
+}
