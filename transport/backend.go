@@ -62,12 +62,12 @@ type Backend interface {
 // baseline primary): embed it.
 type NoAdmin struct{ Err error }
 
-func (a NoAdmin) Members(context.Context) ([]*moonraftpb.Member, error) { return nil, a.Err }
+func (a NoAdmin) Members(context.Context) ([]*moonraftpb.Member, error)  { return nil, a.Err }
 func (a NoAdmin) AddVoter(context.Context, string, string, string) error { return a.Err }
-func (a NoAdmin) RemoveServer(context.Context, string) error            { return a.Err }
-func (a NoAdmin) TransferLeadership(context.Context, string) error      { return a.Err }
-func (a NoAdmin) SnapshotSave(context.Context, io.Writer) error         { return a.Err }
-func (a NoAdmin) SnapshotRestore(context.Context, io.Reader) error      { return a.Err }
+func (a NoAdmin) RemoveServer(context.Context, string) error             { return a.Err }
+func (a NoAdmin) TransferLeadership(context.Context, string) error       { return a.Err }
+func (a NoAdmin) SnapshotSave(context.Context, io.Writer) error          { return a.Err }
+func (a NoAdmin) SnapshotRestore(context.Context, io.Reader) error       { return a.Err }
 
 // SegmentStatusOf answers Backend.SegmentStatus from f.
 func SegmentStatusOf(f *fsm.FSM, ref string, byName bool) ([]fsm.SegmentStatus, error) {

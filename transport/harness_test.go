@@ -156,7 +156,7 @@ func (b *testBackend) Members(context.Context) ([]*moonraftpb.Member, error) {
 }
 
 func (b *testBackend) AddVoter(context.Context, string, string, string) error { return b.refuse() }
-func (b *testBackend) RemoveServer(context.Context, string) error     { return b.refuse() }
+func (b *testBackend) RemoveServer(context.Context, string) error             { return b.refuse() }
 func (b *testBackend) TransferLeadership(context.Context, string) error {
 	return b.refuse()
 }
