@@ -29,15 +29,18 @@ func (n *Node) recordMember(ctx context.Context, id, grpcAddr string) error {
 // that members list names it on every node (a bootstrapped member never
 // joined through AddVoter). It asks with AddVoter, which leaves the
 // configuration alone for a voter already at this Raft address, until the
-// replicated state holds the address: after a second, then backing off to
-// a minute while asking has no effect (a leader of an older release
-// ignores the address and appends a configuration entry each time).
+// replicated state holds the address: at once, then backing off from a
+// second to a minute while asking has no effect (a leader of an older
+// release ignores the address and appends a configuration entry each time).
 func (n *Node) announceLoop(ctx context.Context) {
-	const first, most = time.Second, time.Minute
-	t := time.NewTicker(first)
+	const poll, first, most = 100 * time.Millisecond, time.Second, time.Minute
+	t := time.NewTicker(poll)
 	defer t.Stop()
-	wait, next := first, time.Now().Add(first)
-	lastLeader := ""
+	var (
+		wait       = first
+		next       time.Time
+		lastLeader string
+	)
 	for {
 		select {
 		case <-ctx.Done():

@@ -82,6 +82,29 @@ func newCluster(t testing.TB, n int, tick time.Duration, opts ...func(*Config)) 
 	return c
 }
 
+// addressesRecorded waits until the replicated state of every running node
+// holds every running node's client address: the Member entries that
+// announce them are written once, shortly after a leader is known, and
+// tests that count log entries wait them out first.
+func (c *cluster) addressesRecorded() {
+	c.t.Helper()
+	require.Eventually(c.t, func() bool {
+		for _, nd := range c.nodes {
+			if nd == nil {
+				continue
+			}
+			var addrs map[string]string
+			nd.sm.read(func(f *fsm.FSM) { addrs = f.MemberAddrs() })
+			for i, other := range c.nodes {
+				if other != nil && addrs[c.cfgs[i].ID] != c.cfgs[i].GRPCAddr {
+					return false
+				}
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "client addresses not recorded")
+}
+
 func (c *cluster) start(i int) {
 	nd, err := Start(context.Background(), c.cfgs[i])
 	require.NoError(c.t, err)
@@ -478,6 +501,7 @@ func TestConfigValidation(t *testing.T) {
 func TestProposeBatch(t *testing.T) {
 	c := newCluster(t, 3, time.Hour)
 	l := c.leader()
+	c.addressesRecorded()
 	nd := c.nodes[l]
 	mountSegments(t, nd)
 	now := time.Now().UnixMilli()

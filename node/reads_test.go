@@ -253,6 +253,7 @@ func TestNoRaftEntryPerRead(t *testing.T) {
 	// Ticks every hour: any entry the reads cause is an urgent tick.
 	c := newCluster(t, 3, time.Hour, func(cfg *Config) { cfg.Now = clock.Load })
 	nd := c.nodes[c.leader()]
+	c.addressesRecorded()
 	mountSegments(t, nd)
 	for i := range 20 {
 		put(t, nd, fmt.Sprintf("k%d", i))
