@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -116,11 +117,28 @@ func TestDisasterRecovery(t *testing.T) {
 		peers = append(peers, p.ID+"="+p.RaftAddr)
 		require.NoError(t, os.RemoveAll(filepath.Join(dir, p.ID)))
 	}
-	for _, p := range c.Procs {
-		out := moonctl("snapshot", "restore", "--offline", "--data-dir", filepath.Join(dir, p.ID), "--id", p.ID,
-			"--peers", strings.Join(peers, ","), "--replay-etcd", "--etcd-endpoints", etcd, snap)
-		assert.Contains(t, out, fmt.Sprintf("applied seq %d", before.seq), "node %s", p.ID)
-		assert.Contains(t, out, "replayed 2100 OpLog entries")
+	for i, p := range c.Procs {
+		args := []string{"snapshot", "restore", "--offline", "--data-dir", filepath.Join(dir, p.ID), "--id", p.ID,
+			"--peers", strings.Join(peers, ","), "--replay-etcd", "--etcd-endpoints", etcd, snap}
+		if i > 0 {
+			out := moonctl(args...)
+			assert.Contains(t, out, fmt.Sprintf("applied seq %d", before.seq), "node %s", p.ID)
+			assert.Contains(t, out, "replayed 2100 OpLog entries")
+			continue
+		}
+		// The JSON report (stdout only: the replay's progress is on stderr).
+		out, err := exec.Command(ctl, append(args, "--json")...).Output()
+		require.NoError(t, err)
+		var rep map[string]any
+		require.NoError(t, json.Unmarshal(out, &rep), "%s", out)
+		for _, k := range []string{"data_dir", "id", "snapshot_seq", "applied_seq", "replayed", "replay_ms", "gap", "skipped",
+			"stale_dropped", "digest", "object_set_digest", "raft_index", "raft_term"} {
+			assert.Contains(t, rep, k)
+		}
+		assert.Len(t, rep, 13)
+		assert.Equal(t, float64(before.seq), rep["applied_seq"])
+		assert.Equal(t, 2100.0, rep["replayed"])
+		assert.Equal(t, p.ID, rep["id"])
 	}
 	for _, p := range c.Procs {
 		c.Start(p)
@@ -163,8 +181,9 @@ func TestLiveRestore(t *testing.T) {
 	_, err = cl.RemoveAll(ctx, true)
 	require.NoError(t, err)
 
-	out, err = exec.Command(ctl, "--endpoints", eps, "snapshot", "restore", snap).CombinedOutput()
+	out, err = exec.Command(ctl, "--endpoints", eps, "snapshot", "restore", snap, "--json").Output()
 	require.NoError(t, err, "%s", out)
+	assert.JSONEq(t, `{"result": "restored"}`, string(out))
 	want := objectSetOf(t, snap)
 	sts := c.Converged(ctx, cl)
 	for _, st := range sts {
