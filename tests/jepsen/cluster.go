@@ -128,6 +128,7 @@ type clusterConfig struct {
 	nodes     int
 	extraArgs []string
 	logLevel  string
+	diskMB    int // > 0: each node's data dir on a tmpfs of this size (the disk-full nemesis)
 }
 
 // cluster is the system under test: an etcd process, n moonraft processes
@@ -147,9 +148,10 @@ type cluster struct {
 	raftLinks map[[2]int]*link // [from, to]: connections from dials to
 	etcdLinks []*link          // node i → etcd
 
-	admin *transport.Client
-	store *etcdbridge.Store // direct view of etcd
-	log   func(format string, args ...any)
+	admin   *transport.Client
+	store   *etcdbridge.Store // direct view of etcd
+	log     func(format string, args ...any)
+	mounted []string // tmpfs mounts to undo
 }
 
 func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterConfig, logf func(string, ...any)) (*cluster, error) {
@@ -193,6 +195,11 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 		}
 		c.nodes = append(c.nodes, p)
 		peers = append(peers, p.id+"="+p.raftAddr)
+	}
+	if cfg.diskMB > 0 {
+		if err := c.mountDisks(cfg.diskMB); err != nil {
+			return c, err
+		}
 	}
 	for i, p := range c.nodes {
 		// The node itself is listed too: hashicorp/raft asks the address
@@ -350,6 +357,9 @@ func (c *cluster) restart(i int) error {
 // continued, dead nodes restarted.
 func (c *cluster) healAll() error {
 	var errs []string
+	if err := c.healDisks(); err != nil {
+		errs = append(errs, err.Error())
+	}
 	for _, l := range c.allLinks() {
 		if err := l.heal(); err != nil {
 			errs = append(errs, err.Error())
@@ -394,4 +404,5 @@ func (c *cluster) close() {
 	for _, l := range c.allLinks() {
 		l.stop()
 	}
+	c.unmountDisks()
 }

@@ -12,10 +12,6 @@ import (
 	"github.com/moonraft/moonraft/transport"
 )
 
-// failpointSlowLog is node/failpoint_on.go's switch: while this file is in
-// a node's data dir, each of its Raft log writes takes the duration it holds.
-const failpointSlowLog = "failpoint-slow-log"
-
 // failpointCluster starts three nodes built with failpoints and returns
 // the cluster and its leader; the cluster is closed when the test ends.
 func failpointCluster(t *testing.T) (*cluster, int) {

@@ -35,7 +35,7 @@ func TestJepsenShort(t *testing.T) {
 		t.Skip("process-level fault suite; run without -short")
 	}
 	const seed = 42
-	schedule := drawSchedule(seed, 80*time.Second, AllNemeses, false, 4*time.Second, 4*time.Second, 3*time.Second, 3*time.Second, 3)
+	schedule := drawSchedule(seed, 95*time.Second, AllNemeses, false, 4*time.Second, 4*time.Second, 3*time.Second, 3*time.Second, 3)
 	if len(schedule) != len(AllNemeses) {
 		t.Fatalf("the short schedule holds %d events, want every nemesis once: %v", len(schedule), schedule)
 	}

@@ -27,10 +27,17 @@ const (
 	// vote at once, the campaigner could win while the leader still serves
 	// reads under a lease that node helped confirm.
 	RestartFollower = "restart-follower"
+	// The leader's (or a drawn node's) data dir file system filled to the
+	// last byte (each node's data dir is a tmpfs of its own).
+	DiskFull = "disk-full"
+	// Every Raft log write of the leader (or a drawn node) takes 100 ms,
+	// 500 ms or 2 s (a failpoint: the run's nodes are built with it).
+	SlowDisk = "slow-disk"
 )
 
 // AllNemeses is every nemesis, in a fixed order.
-var AllNemeses = []string{KillLeader, KillRandom, PauseLeader, RestartLeader, PartitionLeader, PartitionOneWay, Latency, EtcdCut, Bandwidth, RestartFollower}
+var AllNemeses = []string{KillLeader, KillRandom, PauseLeader, RestartLeader, PartitionLeader, PartitionOneWay, Latency, EtcdCut, Bandwidth, RestartFollower,
+	DiskFull, SlowDisk}
 
 // event is one fault of the schedule.
 type event struct {
@@ -205,6 +212,18 @@ func applyFault(ctx context.Context, c *cluster, e event) (string, error) {
 		c.nodes[restarted].Kill()
 		err := c.nodes[restarted].Start()
 		return fmt.Sprintf("%s cut off from %s; %s SIGKILLed and restarted", who, c.nodes[cutOff].id, c.nodes[restarted].id), err
+	case DiskFull, SlowDisk:
+		// Half the time the leader, else the drawn node.
+		i, who := e.Node%n, c.nodes[e.Node%n].id
+		if e.Param%4 < 2 {
+			i, who = target(ctx, c, e)
+		}
+		if e.Kind == SlowDisk {
+			d := []string{"100ms", "500ms", "2s"}[e.Param%3]
+			return fmt.Sprintf("each Raft log write of %s takes %s", who, d), c.slowDisk(i, d)
+		}
+		n, err := c.fillDisk(i)
+		return fmt.Sprintf("%s's disk filled (%d MiB taken)", who, n>>20), err
 	case Latency:
 		for _, l := range c.raftLinksList() {
 			if err := l.addToxic("latency", "latency", "upstream", `{"latency":300,"jitter":200}`); err != nil {

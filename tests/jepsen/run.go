@@ -96,13 +96,13 @@ func runJepsen(t *testing.T, cfg runConfig) summary {
 	}
 
 	binDir := t.TempDir()
-	bin, err := buildMoonraft(binDir)
+	bin, err := buildMoonraft(binDir, "failpoints") // the slow-disk nemesis
 	if err != nil {
 		t.Fatal(err)
 	}
 	dataDir := t.TempDir()
 	ctx := context.Background()
-	c, err := startCluster(ctx, bin, outDir, dataDir, clusterConfig{nodes: 3, extraArgs: cfg.nodeArgs}, logf)
+	c, err := startCluster(ctx, bin, outDir, dataDir, clusterConfig{nodes: 3, extraArgs: cfg.nodeArgs, diskMB: 1024}, logf)
 	if c != nil {
 		defer c.close()
 	}
