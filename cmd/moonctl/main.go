@@ -1,6 +1,8 @@
-// Command moonctl is the moonraft CLI: data operations, status, members and
-// leadership. Every command takes --endpoints and --json; it exits 0 on
-// success and 1 with the Mooncake error-code name on stderr otherwise.
+// Command moonctl is the moonraft CLI: data operations, status, members,
+// leadership, snapshots and the OpLog. Global flags (--endpoints, --json,
+// ...) go before or after the command; it exits 0 on success, 1 with the
+// Mooncake error code on stderr when the request failed, 2 on bad usage
+// (docs/CLI.md).
 package main
 
 import (
