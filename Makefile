@@ -14,7 +14,7 @@ FUZZ_TARGETS := \
 	./cororpc:FuzzReadRequest \
 	./structpack:FuzzUnmarshal
 
-.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen mooncake-golden mooncake-bench mooncake-failover
+.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen soak mooncake-golden mooncake-bench mooncake-failover
 
 all: build
 
@@ -109,3 +109,8 @@ DURATION ?= 10m
 SEED ?=
 jepsen:
 	JEPSEN_DURATION=$(DURATION) JEPSEN_SEED=$(SEED) $(GO) test -count=1 -run 'TestJepsen$$' -timeout 0 -v ./tests/jepsen/
+
+# soak: steady load with the nemeses for DURATION, sampling every node's
+# resources; fails on growth without bound (docs/RELIABILITY.md).
+soak:
+	SOAK_DURATION=$(DURATION) JEPSEN_SEED=$(SEED) $(GO) test -count=1 -run 'TestSoak$$' -timeout 0 -v ./tests/jepsen/

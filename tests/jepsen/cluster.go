@@ -48,6 +48,7 @@ type proc struct {
 	id       string
 	grpcAddr string // "" for etcd
 	raftAddr string // nodes only
+	httpAddr string // nodes only: /metrics, for the soak
 }
 
 // link is one toxiproxy proxy with the toxics the nemeses put on it.
@@ -193,6 +194,9 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 		if p.raftAddr, err = freeport.Addr(); err != nil {
 			return c, err
 		}
+		if p.httpAddr, err = freeport.Addr(); err != nil {
+			return c, err
+		}
 		c.nodes = append(c.nodes, p)
 		peers = append(peers, p.id+"="+p.raftAddr)
 	}
@@ -228,7 +232,7 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 			level = "info"
 		}
 		p.Args = append([]string{"--id", p.id, "--data-dir", filepath.Join(dataDir, p.id),
-			"--raft-addr", p.raftAddr, "--grpc-addr", p.grpcAddr,
+			"--raft-addr", p.raftAddr, "--grpc-addr", p.grpcAddr, "--http-addr", p.httpAddr,
 			"--bootstrap", "--peers", strings.Join(peers, ","),
 			"--raft-dial", strings.Join(dials, ","),
 			"--etcd-endpoints", "http://" + el.listen,

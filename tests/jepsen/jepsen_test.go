@@ -84,6 +84,42 @@ func TestJepsen(t *testing.T) {
 	})
 }
 
+// TestSoak is `make soak`: steady load for SOAK_DURATION with every
+// nemesis now and then (a fault every 20–60 s), every node's heap,
+// resident memory, goroutines, open files and data dir, etcd's size and
+// the OpLog's length sampled every 10 s (soak.csv, soak.svg); it fails,
+// besides every check of the fault suite, on any of them growing without
+// bound.
+func TestSoak(t *testing.T) {
+	ds := os.Getenv("SOAK_DURATION")
+	if ds == "" {
+		t.Skip("SOAK_DURATION is not set: the soak is opt-in (make soak DURATION=30m [SEED=n])")
+	}
+	dur, err := time.ParseDuration(ds)
+	if err != nil || dur < 2*time.Minute {
+		t.Fatalf("SOAK_DURATION=%q: want a Go duration of at least 2m", ds)
+	}
+	seed := uint64(time.Now().UnixNano() % 1_000_000_000)
+	if ss := os.Getenv("JEPSEN_SEED"); ss != "" {
+		if seed, err = strconv.ParseUint(ss, 10, 64); err != nil {
+			t.Fatalf("JEPSEN_SEED=%q: want an unsigned integer", ss)
+		}
+	}
+	schedule := drawSchedule(seed, dur, AllNemeses, true, 5*time.Second, 15*time.Second, 20*time.Second, 45*time.Second, 3)
+	runJepsen(t, runConfig{
+		name:         "soak",
+		seed:         seed,
+		chaos:        dur,
+		schedule:     schedule,
+		workload:     defaultWorkload,
+		snapEvery:    30 * time.Second,
+		checkTimeout: 20 * time.Minute,
+		nodeArgs:     nodeArgs(20000),
+		command:      fmt.Sprintf("make soak DURATION=%s SEED=%d", ds, seed),
+		sampleEvery:  10 * time.Second,
+	})
+}
+
 // TestJepsenRecheck reruns the history checkers on the output of an
 // earlier run (JEPSEN_RECHECK=tests/out/<run>), without a cluster.
 func TestJepsenRecheck(t *testing.T) {

@@ -27,7 +27,8 @@ type runConfig struct {
 	snapEvery    time.Duration // leader snapshots during the run, for the replay check
 	checkTimeout time.Duration // porcupine's budget
 	nodeArgs     []string
-	command      string // how to replay this run
+	command      string        // how to replay this run
+	sampleEvery  time.Duration // > 0: sample the nodes' resources and fail on growth (the soak)
 }
 
 // summary is everything a run found; summary.json holds it.
@@ -157,6 +158,11 @@ func runJepsen(t *testing.T, cfg runConfig) summary {
 	w.run(chaosCtx)
 	var nemErr error
 	bg.Go(func() { nemErr = nemesisRun(chaosCtx, c, rec, cfg.schedule, logf) })
+	var soak *sampler
+	if cfg.sampleEvery > 0 {
+		soak = newSampler(c)
+		bg.Go(func() { soak.run(chaosCtx, cfg.sampleEvery, cfg.chaos, logf) })
+	}
 	bg.Go(func() {
 		for n := 1; ; n++ {
 			if sleepCtx(chaosCtx, cfg.snapEvery) != nil {
@@ -187,6 +193,15 @@ func runJepsen(t *testing.T, cfg runConfig) summary {
 	bg.Wait()
 	if nemErr != nil {
 		end.fail("nemesis: %v", nemErr)
+	}
+	if soak != nil {
+		for _, v := range soak.verdicts() {
+			end.fail("soak: %s", v)
+		}
+		if err := soak.write(outDir); err != nil {
+			end.fail("soak: %v", err)
+		}
+		logf("soak: samples in %s, plot in %s", filepath.Join(outDir, "soak.csv"), filepath.Join(outDir, "soak.svg"))
 	}
 
 	// Heal everything, then read the set and check the cluster.
