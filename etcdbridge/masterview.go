@@ -3,6 +3,7 @@ package etcdbridge
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -165,4 +166,33 @@ func (s *Store) DropLegacyView(ctx context.Context) error {
 		return opErr(err, "master_view: delete the JSON view of an earlier release")
 	}
 	return nil
+}
+
+// RegisterNode records that node id has Raft state of this cluster (at
+// its first start), unless recorded already: a later start of that id on
+// an empty data dir is then known to be a member that lost its data.
+func (s *Store) RegisterNode(ctx context.Context, id string) error {
+	if id == "" || strings.Contains(id, "/") {
+		return errcode.New(errcode.InvalidParams, "nodes: id %q must be non-empty and contain no '/'", id)
+	}
+	key := s.nodeKey(id)
+	v := fmt.Sprintf(`{"first_start_unix_ms":%d}`, time.Now().UnixMilli())
+	_, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, v)).Commit()
+	if err != nil {
+		return opErr(err, "nodes: register %s", id)
+	}
+	return nil
+}
+
+// NodeRegistered tells whether node id was registered (RegisterNode).
+func (s *Store) NodeRegistered(ctx context.Context, id string) (bool, error) {
+	resp, err := s.c.Get(ctx, s.nodeKey(id), clientv3.WithCountOnly())
+	if err != nil {
+		return false, opErr(err, "nodes: read %s", id)
+	}
+	return resp.Count > 0, nil
+}
+
+func (s *Store) nodeKey(id string) string {
+	return s.cfg.Prefix + "/" + s.cfg.ClusterID + "/nodes/" + id
 }

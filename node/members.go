@@ -6,6 +6,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/transport"
 )
@@ -79,4 +81,29 @@ func (n *Node) announce(ctx context.Context, leader, raftAddr string) error {
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return c.AddVoter(actx, n.cfg.ID, raftAddr, n.cfg.GRPCAddr)
+}
+
+// refuseRebootstrap refuses to start node cfg.ID on an empty data dir when
+// etcd shows it had Raft state of this cluster before (RegisterNode at its
+// first start): a member whose data dir was lost would come back having
+// forgotten its vote, and could vote twice in a term. It must rejoin. A
+// member starting for the first time, however late, is not registered.
+func refuseRebootstrap(ctx context.Context, cfg Config, store *etcdbridge.Store) error {
+	if !cfg.Bootstrap {
+		return nil // --join with an empty data dir is the way back
+	}
+	if ls, _ := DetectLogStore(cfg.DataDir); ls != "" {
+		return nil // a restart on its own state
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	known, err := store.NodeRegistered(ctx, cfg.ID)
+	if err != nil || !known {
+		return err
+	}
+	return errcode.New(errcode.InvalidParams,
+		"node %s had Raft state of cluster %q (etcd registered it at its first start), but its data dir %s is empty: "+
+			"started again it would have forgotten its vote. Remove it from the cluster (moonctl members remove %s) and start it "+
+			"with an empty data dir and --join HOST:GRPCPORT of a member, not --bootstrap; or, for a new cluster, use another --cluster-id or --etcd-prefix",
+		cfg.ID, store.Config().ClusterID, cfg.DataDir, cfg.ID)
 }

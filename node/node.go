@@ -190,6 +190,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 				return nil, err
 			}
 			n.log.Warn("etcd does not answer; starting from the Raft state, OpLog export resumes when it does", "error", err)
+		} else if err := refuseRebootstrap(ctx, cfg, store); err != nil {
+			_ = store.Close()
+			return nil, err
 		}
 		n.etcd = store
 	} else {
@@ -198,6 +201,14 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := n.startRaft(ctx); err != nil {
 		n.closeStores()
 		return nil, err
+	}
+	if n.etcd != nil {
+		// On every start, so members from before this check get registered.
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := n.etcd.RegisterNode(rctx, cfg.ID); err != nil {
+			n.log.Warn("could not register this node in etcd (a later start on a lost data dir will not be refused)", "error", err)
+		}
+		cancel()
 	}
 	lctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel

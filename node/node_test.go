@@ -36,6 +36,12 @@ func freeAddr(t testing.TB) string {
 // tick is the leader's tick interval (an hour freezes time-driven entries so
 // the log goes quiet and indexes can be compared).
 func newCluster(t testing.TB, n int, tick time.Duration, opts ...func(*Config)) *cluster {
+	return newClusterWithout(t, n, -1, tick, opts...)
+}
+
+// newClusterWithout is newCluster with node absent (if >= 0) configured
+// but not started: c.start(absent) starts it for the first time.
+func newClusterWithout(t testing.TB, n, absent int, tick time.Duration, opts ...func(*Config)) *cluster {
 	c := &cluster{t: t}
 	var peers []Peer
 	for i := 0; i < n; i++ {
@@ -66,7 +72,9 @@ func newCluster(t testing.TB, n int, tick time.Duration, opts ...func(*Config)) 
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { c.nodes[i], errs[i] = Start(context.Background(), c.cfgs[i]) })
+		if i != absent {
+			wg.Go(func() { c.nodes[i], errs[i] = Start(context.Background(), c.cfgs[i]) })
+		}
 	}
 	wg.Wait()
 	t.Cleanup(func() {
@@ -693,4 +701,34 @@ func TestGracefulUnmountThroughTheLeader(t *testing.T) {
 			return errcode.Of(err) == errcode.SegmentNotFound
 		}, 15*time.Second, 50*time.Millisecond, "node %d: the idle draining segment was not unmounted", i)
 	}
+}
+
+// TestRebootstrapRefused: a member whose data dir was lost is refused when
+// started again with --bootstrap (it would have forgotten its vote), with
+// an error that says how to rejoin, and that way back works; a member
+// starting for the first time after the others formed the cluster is not
+// refused.
+func TestRebootstrapRefused(t *testing.T) {
+	const late = 2
+	c := newClusterWithout(t, 3, late, time.Hour, withEtcd(testEtcd(t)))
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	put(t, c.nodes[l], "k1")
+	c.start(late)
+	c.converged()
+
+	f := (l + 1) % 3
+	c.stop(f)
+	c.cfgs[f].DataDir = t.TempDir() // the disk was replaced
+	_, err := Start(context.Background(), c.cfgs[f])
+	require.Error(t, err)
+	assert.Equal(t, errcode.InvalidParams, errcode.Of(err), "%v", err)
+	assert.ErrorContains(t, err, "forgotten its vote")
+	assert.ErrorContains(t, err, "members remove "+c.cfgs[f].ID)
+
+	require.NoError(t, c.nodes[l].RemoveServer(ctx(t), c.cfgs[f].ID))
+	c.cfgs[f].Bootstrap, c.cfgs[f].Peers, c.cfgs[f].Join = false, nil, c.cfgs[l].GRPCAddr
+	c.start(f)
+	c.converged()
+	assert.Equal(t, 1, int(c.nodes[f].Status().Objects))
 }
