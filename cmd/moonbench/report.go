@@ -14,8 +14,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/moonraft/moonraft/internal/svgplot"
 )
 
 type report struct {
@@ -197,23 +197,5 @@ func (r *report) plot(path string) error {
 			}
 		}
 	}
-	img := vgsvg.New(11*vg.Inch, vg.Length(rows)*3.6*vg.Inch)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	canvases := plot.Align(panels, tiles, dc)
-	for j := range panels {
-		for i := range panels[j] {
-			panels[j][i].Draw(canvases[j][i])
-		}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := img.WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return svgplot.WriteGrid(path, panels, 11*vg.Inch, 3.6*vg.Inch)
 }

@@ -56,20 +56,7 @@ func TestJepsenShort(t *testing.T) {
 // TestJepsen is `make jepsen`: every nemesis, mixed on a schedule drawn
 // from JEPSEN_SEED, for JEPSEN_DURATION.
 func TestJepsen(t *testing.T) {
-	ds := os.Getenv("JEPSEN_DURATION")
-	if ds == "" {
-		t.Skip("JEPSEN_DURATION is not set: the long fault run is opt-in (make jepsen DURATION=10m [SEED=n])")
-	}
-	dur, err := time.ParseDuration(ds)
-	if err != nil || dur < 30*time.Second {
-		t.Fatalf("JEPSEN_DURATION=%q: want a Go duration of at least 30s", ds)
-	}
-	seed := uint64(time.Now().UnixNano() % 1_000_000_000)
-	if ss := os.Getenv("JEPSEN_SEED"); ss != "" {
-		if seed, err = strconv.ParseUint(ss, 10, 64); err != nil {
-			t.Fatalf("JEPSEN_SEED=%q: want an unsigned integer", ss)
-		}
-	}
+	ds, dur, seed := longRun(t, "JEPSEN_DURATION", "make jepsen DURATION=10m [SEED=n]", 30*time.Second)
 	schedule := drawSchedule(seed, dur, AllNemeses, true, 5*time.Second, 15*time.Second, 3*time.Second, 8*time.Second, 3)
 	runJepsen(t, runConfig{
 		name:         "jepsen",
@@ -91,20 +78,7 @@ func TestJepsen(t *testing.T) {
 // besides every check of the fault suite, on any of them growing without
 // bound.
 func TestSoak(t *testing.T) {
-	ds := os.Getenv("SOAK_DURATION")
-	if ds == "" {
-		t.Skip("SOAK_DURATION is not set: the soak is opt-in (make soak DURATION=30m [SEED=n])")
-	}
-	dur, err := time.ParseDuration(ds)
-	if err != nil || dur < 2*time.Minute {
-		t.Fatalf("SOAK_DURATION=%q: want a Go duration of at least 2m", ds)
-	}
-	seed := uint64(time.Now().UnixNano() % 1_000_000_000)
-	if ss := os.Getenv("JEPSEN_SEED"); ss != "" {
-		if seed, err = strconv.ParseUint(ss, 10, 64); err != nil {
-			t.Fatalf("JEPSEN_SEED=%q: want an unsigned integer", ss)
-		}
-	}
+	ds, dur, seed := longRun(t, "SOAK_DURATION", "make soak DURATION=30m [SEED=n]", 2*time.Minute)
 	schedule := drawSchedule(seed, dur, AllNemeses, true, 5*time.Second, 15*time.Second, 20*time.Second, 45*time.Second, 3)
 	runJepsen(t, runConfig{
 		name:         "soak",
@@ -118,6 +92,27 @@ func TestSoak(t *testing.T) {
 		command:      fmt.Sprintf("make soak DURATION=%s SEED=%d", ds, seed),
 		sampleEvery:  10 * time.Second,
 	})
+}
+
+// longRun reads an opt-in run's duration from the environment variable
+// durEnv (skipping the test without it) and its seed from JEPSEN_SEED (the
+// clock's without it).
+func longRun(t *testing.T, durEnv, how string, least time.Duration) (string, time.Duration, uint64) {
+	ds := os.Getenv(durEnv)
+	if ds == "" {
+		t.Skipf("%s is not set: this long run is opt-in (%s)", durEnv, how)
+	}
+	dur, err := time.ParseDuration(ds)
+	if err != nil || dur < least {
+		t.Fatalf("%s=%q: want a Go duration of at least %v", durEnv, ds, least)
+	}
+	seed := uint64(time.Now().UnixNano() % 1_000_000_000)
+	if ss := os.Getenv("JEPSEN_SEED"); ss != "" {
+		if seed, err = strconv.ParseUint(ss, 10, 64); err != nil {
+			t.Fatalf("JEPSEN_SEED=%q: want an unsigned integer", ss)
+		}
+	}
+	return ds, dur, seed
 }
 
 // TestJepsenRecheck reruns the history checkers on the output of an

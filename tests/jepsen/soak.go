@@ -19,8 +19,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/moonraft/moonraft/internal/svgplot"
 )
 
 // The soak (`make soak`) samples what a long run could leak: each node's
@@ -335,22 +335,5 @@ func (s *sampler) plot(path string) error {
 			}
 		}
 	}
-	img := vgsvg.New(11*vg.Inch, vg.Length(rows)*3*vg.Inch)
-	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	canvases := plot.Align(panels, tiles, draw.New(img))
-	for r := range panels {
-		for c := range panels[r] {
-			panels[r][c].Draw(canvases[r][c])
-		}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := img.WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return svgplot.WriteGrid(path, panels, 11*vg.Inch, 3*vg.Inch)
 }
