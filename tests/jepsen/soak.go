@@ -42,7 +42,7 @@ var gauges = []gauge{
 	{name: "goroutines", metric: "go_goroutines", unit: 1, floor: 200, node: true},
 	{name: "open files", metric: "process_open_fds", unit: 1, floor: 100, node: true},
 	{name: "data dir (MiB)", unit: 1 << 20, floor: 256 << 20, node: true},
-	{name: "etcd database (MiB)", unit: 1 << 20, floor: 256 << 20},
+	{name: "etcd data in use (MiB)", unit: 1 << 20, floor: 256 << 20},
 	{name: "OpLog entries in etcd", unit: 1, floor: 50_000},
 }
 
@@ -170,7 +170,9 @@ func (s *sampler) etcdBytes(ctx context.Context) float64 {
 	if err != nil {
 		return math.NaN()
 	}
-	return float64(st.DbSize)
+	// In use, not the file: etcd reuses compacted pages but never shrinks
+	// its file without a defragmentation.
+	return float64(st.DbSizeInUse)
 }
 
 func (s *sampler) opLogLen(ctx context.Context) float64 {
