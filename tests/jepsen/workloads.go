@@ -43,6 +43,10 @@ const (
 type workloadConfig struct {
 	registerClients, setClients, leaseClients int
 	opTimeout                                 time.Duration
+	// setKeep > 0 bounds each set client's acknowledged keys: past it the
+	// client removes instead of putting, so the state stops growing (the
+	// soak, which judges the nodes' memory).
+	setKeep int
 }
 
 // workers runs every client of every workload.
@@ -384,10 +388,12 @@ func (c *client) registerOp() {
 	}
 }
 
-// setOp: puts of fresh keys; one op in ten force-removes one of this
-// client's acknowledged keys (the checker knows which from the history).
+// setOp: puts of fresh keys; one op in ten (every op past setKeep keys)
+// force-removes one of this client's acknowledged keys (the checker knows
+// which from the history).
 func (c *client) setOp() {
-	if len(c.setAcked) > 0 && c.rng.IntN(10) == 0 {
+	full := c.w.cfg.setKeep > 0 && len(c.setAcked) >= c.w.cfg.setKeep
+	if len(c.setAcked) > 0 && (full || c.rng.IntN(10) == 0) {
 		i := c.rng.IntN(len(c.setAcked))
 		key := c.setAcked[i]
 		c.setAcked = append(c.setAcked[:i], c.setAcked[i+1:]...)
