@@ -60,8 +60,11 @@ func (n *Node) announceLoop(ctx context.Context) {
 		if st.LeaderAddr != lastLeader { // a new leader: ask it soon
 			lastLeader, wait, next = st.LeaderAddr, first, time.Now()
 		}
+		if have == n.cfg.GRPCAddr || st.LeaderAddr == "" || time.Now().Before(next) {
+			continue
+		}
 		self, known := n.server(n.cfg.ID)
-		if have == n.cfg.GRPCAddr || st.LeaderAddr == "" || !known || self.Suffrage != raft.Voter || time.Now().Before(next) {
+		if !known || self.Suffrage != raft.Voter {
 			continue
 		}
 		if err := n.announce(ctx, st.LeaderAddr, string(self.Address)); err != nil && wait == first {

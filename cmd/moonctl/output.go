@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/oplog"
 	"github.com/moonraft/moonraft/transport"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
@@ -125,7 +126,11 @@ func statusJSON(endpoints []string, sts []*moonraftpb.NodeStatus, errs []error) 
 		o := &out[i]
 		o.Endpoint = endpoints[i]
 		if errs[i] != nil || s == nil {
-			e := toErrorJSON(errs[i])
+			err := errs[i]
+			if err == nil {
+				err = errcode.New(errcode.InternalError, "no status and no error")
+			}
+			e := toErrorJSON(err)
 			o.Error = &e
 			continue
 		}
