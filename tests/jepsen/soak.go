@@ -1,7 +1,6 @@
 package jepsen
 
 import (
-	"bufio"
 	"context"
 	"encoding/csv"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -119,7 +120,7 @@ func (s *sampler) take(ctx context.Context) sample {
 	return sm
 }
 
-// scrape reads the plain (unlabelled) gauges of a node's /metrics.
+// scrape reads the unlabelled gauges of a node's /metrics.
 func (s *sampler) scrape(ctx context.Context, addr string) map[string]float64 {
 	out := map[string]float64{}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
@@ -131,15 +132,14 @@ func (s *sampler) scrape(ctx context.Context, addr string) map[string]float64 {
 		return out
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok || strings.HasPrefix(name, "#") {
-			continue
-		}
-		if v, err := strconv.ParseFloat(val, 64); err == nil {
-			out[name] = v
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return out
+	}
+	for name, mf := range families {
+		if ms := mf.GetMetric(); len(ms) == 1 && ms[0].GetGauge() != nil {
+			out[name] = ms[0].GetGauge().GetValue()
 		}
 	}
 	return out

@@ -1,11 +1,17 @@
 package jepsen
 
 import (
+	"context"
 	"math"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // soakOf is a sampler holding n samples, 10 s apart, of three nodes, each
@@ -77,6 +83,21 @@ func TestSoakVerdicts(t *testing.T) {
 	for _, name := range []string{"soak.csv", "soak.svg"} {
 		if matches, _ := filepath.Glob(filepath.Join(dir, name)); len(matches) != 1 {
 			t.Errorf("%s not written", name)
+		}
+	}
+}
+
+// TestScrape reads the gauges the soak samples from a real Prometheus
+// handler with the collectors a node registers.
+func TestScrape(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	got := (&sampler{http: srv.Client()}).scrape(context.Background(), strings.TrimPrefix(srv.URL, "http://"))
+	for _, g := range gauges {
+		if g.metric != "" && got[g.metric] <= 0 {
+			t.Errorf("%s: %v", g.metric, got[g.metric])
 		}
 	}
 }
