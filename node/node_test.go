@@ -192,6 +192,30 @@ func put(t *testing.T, nd *Node, key string) {
 	mustPropose(t, nd, &fsm.PutEnd{NowMs: now, Key: key, ClientID: "c1"})
 }
 
+// put is put on whichever node leads: an overloaded machine may move the
+// leadership between two calls, and NOT_LEADER is a refusal before
+// anything was applied, safe to retry.
+func (c *cluster) put(t *testing.T, key string) {
+	t.Helper()
+	now := time.Now().UnixMilli()
+	for _, cmd := range []fsm.Command{
+		&fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{1024}, ReplicaNum: 2, ClientID: "c1"},
+		&fsm.PutEnd{NowMs: now, Key: key, ClientID: "c1"},
+	} {
+		var r fsm.Result
+		require.Eventually(t, func() bool {
+			var err error
+			r, err = c.nodes[c.leader()].Propose(ctx(t), cmd)
+			if errcode.Of(err) == errcode.NotLeader {
+				return false
+			}
+			require.NoError(t, err)
+			return true
+		}, 10*time.Second, 10*time.Millisecond, "no leader took %s", key)
+		require.NoError(t, r.Err)
+	}
+}
+
 func mountSegments(t *testing.T, nd *Node) {
 	for i := 0; i < 3; i++ {
 		mustPropose(t, nd, &fsm.MountSegment{NowMs: time.Now().UnixMilli(), ClientID: "c1",
