@@ -47,6 +47,10 @@ type workloadConfig struct {
 	// client removes instead of putting, so the state stops growing (the
 	// soak, which judges the nodes' memory).
 	setKeep int
+	// registerGap > 0 paces each register client: the soak's length would
+	// otherwise give porcupine millions of ops (4 million in 30 minutes
+	// took more memory than the machine has to check).
+	registerGap time.Duration
 }
 
 // workers runs every client of every workload.
@@ -183,6 +187,9 @@ func (w *workers) run(ctx context.Context) {
 				switch c.workload {
 				case WRegister:
 					c.registerOp()
+					if w.cfg.registerGap > 0 {
+						_ = sleepCtx(ctx, w.cfg.registerGap)
+					}
 				case WSet:
 					c.setOp()
 					_ = sleepCtx(ctx, 20*time.Millisecond)
