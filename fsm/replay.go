@@ -36,7 +36,13 @@ import (
 //     the source freed it without an entry: a PROCESSING put abandoned and
 //     replaced, or the replica a live object lost with one of its segments.
 //     That replica (a PROCESSING put whole) is dropped and the note counts
-//     it.
+//     it. So is space the snapshot holds for an upsert (the old replicas
+//     of one in progress, a write it took over).
+//
+// Time moves with the entries: a write an upsert took over holds its space
+// until a release time (its writer may still be writing), and the source
+// gives it back at the first tick past it, without an entry; replay gives
+// it back at the first entry past it.
 //
 // Other stale state stays as the snapshot had it (segments and sessions of
 // departed clients) and goes when their sessions expire in the new cluster.
@@ -117,7 +123,7 @@ func (f *FSM) ReplayEntries(es []oplog.Entry) (int, ReplayNote, error) {
 
 // replayRemoval: the key is gone, its sequence kept.
 func (f *FSM) replayRemoval(e oplog.Entry, old *object, exists bool) {
-	f.advance(e.TimestampMs)
+	f.replayAdvance(e.TimestampMs)
 	if exists {
 		f.discard(e.Key, old)
 	}
@@ -147,7 +153,7 @@ func (f *FSM) replayPutEnd(e oplog.Entry, old *object, exists bool) (ReplayNote,
 	}
 	// Nothing can fail from here on. The old object's buffers are freed
 	// first, since the new ones may reuse them.
-	f.advance(e.TimestampMs)
+	f.replayAdvance(e.TimestampMs)
 	if exists {
 		f.discard(e.Key, old)
 	}
@@ -167,6 +173,13 @@ func (f *FSM) replayPutEnd(e oplog.Entry, old *object, exists bool) (ReplayNote,
 		replicas:   replicas,
 	})
 	return note, nil
+}
+
+// replayAdvance moves time to an entry's and, as a Tick would, gives back
+// the space of taken-over writes whose release time has come.
+func (f *FSM) replayAdvance(nowMs int64) {
+	f.advance(nowMs)
+	f.releaseDiscarded()
 }
 
 func overlap(a, b buffer) bool {
@@ -192,8 +205,9 @@ func selfOverlap(rs []replica) (buffer, buffer, bool) {
 
 // dropStale removes from other objects every replica that overlaps rs — the
 // source freed it without an entry, or it could not have allocated rs — and
-// a PROCESSING put whole. It scans every object, which only this rare path
-// of an offline tool does, and returns how many replicas it dropped.
+// a PROCESSING put whole, and frees the space held for upserts that
+// overlaps rs. It scans every object, which only this rare path of an
+// offline tool does, and returns how many replicas it dropped.
 func (f *FSM) dropStale(rs []replica) int {
 	hits := func(r replica) bool {
 		for _, b := range r.buffers {
@@ -242,7 +256,7 @@ func (f *FSM) dropStale(rs []replica) int {
 		n.replicas = ch.keep
 		f.putObject(ch.key, &n)
 	}
-	return dropped
+	return dropped + f.dropHeld(hits)
 }
 
 // replayReplicas checks a PUT_END payload against the mounted segments and

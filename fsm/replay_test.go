@@ -556,6 +556,37 @@ func TestReplayReconciles(t *testing.T) {
 			assert.False(t, dst.objects.Has(objItem{key: "stale"}), "the abandoned put goes whole")
 			assert.True(t, dst.objects.Has(objItem{key: "k"}))
 		}},
+		{"space of a preempted write released after the snapshot", func(src *h) {
+			src.mount("c1", "s1", 0, 1000)
+			require.NoError(t, src.putStart("w", "c1", 100).Err) // [0,100), PROCESSING
+			src.put("fill", "c1", 800)                           // [100,900)
+			// The upsert takes the write over; its writer may still be
+			// writing, so [0,100) stays held (discarded) past the snapshot.
+			src.ok(&UpsertStart{PutStart{NowMs: src.now, Key: "w", SliceLengths: []uint64{100}, ReplicaNum: 1, ClientID: "c1"}}) // [900,1000)
+		}, func(src *h) {
+			src.ok(&PutEnd{NowMs: src.now, Key: "w", ClientID: "c1"})
+			src.now += src.f.params.PutStartReleaseMs
+			src.keepAlive("c1") // releases [0,100) without an entry
+			src.put("k", "c1", 100)
+		}, ReplayNote{}, func(t *testing.T, dst *FSM) {
+			assert.Empty(t, dst.discarded, "the held space went back, as at the source")
+			assert.True(t, dst.objects.Has(objItem{key: "k"}))
+		}},
+		{"space of a preempted write freed with its segment", func(src *h) {
+			src.mount("c1", "s1", 0, 1000)
+			require.NoError(t, src.putStart("w", "c1", 100).Err)                                                                 // [0,100), PROCESSING
+			src.put("fill", "c1", 800)                                                                                           // [100,900)
+			src.ok(&UpsertStart{PutStart{NowMs: src.now, Key: "w", SliceLengths: []uint64{100}, ReplicaNum: 1, ClientID: "c1"}}) // holds [0,100)
+		}, func(src *h) {
+			// Unmounted, the held space goes with the segment, silently;
+			// mounted again, it is free long before its release time.
+			src.ok(&UnmountSegment{NowMs: src.now, ClientID: "c1", SegmentID: "s1"})
+			src.mount("c1", "s1", 0, 1000)
+			src.put("k", "c1", 100)
+		}, ReplayNote{StaleDropped: 1}, func(t *testing.T, dst *FSM) {
+			assert.Empty(t, dst.discarded)
+			assert.True(t, dst.objects.Has(objItem{key: "k"}))
+		}},
 		{"replica lost with one of its segments", func(src *h) {
 			src.mount("c1", "q", 0, 1000)
 			src.mount("c2", "p", 0, 100)

@@ -137,28 +137,39 @@ func (f *FSM) releaseDiscarded() {
 }
 
 // dropHeldOn frees the replaced and discarded buffers that lie on gone
-// segments, before the segments go (dropSegments). Freeing is
-// order-independent, so map order does not matter.
+// segments, before the segments go (dropSegments).
 func (f *FSM) dropHeldOn(gone map[*segment]bool) {
-	keepOff := func(rs []replica) (keep []replica) {
+	f.dropHeld(func(r replica) bool {
+		return slices.ContainsFunc(r.buffers, func(b buffer) bool { return gone[b.seg] })
+	})
+}
+
+// dropHeld frees every replaced or discarded replica that drop selects and
+// returns how many it freed. Freeing is order-independent, so map order
+// does not matter.
+func (f *FSM) dropHeld(drop func(replica) bool) int {
+	n := 0
+	keep := func(rs []replica) (kept []replica) {
 		for _, r := range rs {
-			if slices.ContainsFunc(r.buffers, func(b buffer) bool { return gone[b.seg] }) {
+			if drop(r) {
 				f.freeBuffers([]replica{r})
+				n++
 			} else {
-				keep = append(keep, r)
+				kept = append(kept, r)
 			}
 		}
-		return keep
+		return kept
 	}
 	for key, old := range f.replaced {
-		if keep := keepOff(old); len(keep) > 0 {
-			f.replaced[key] = keep
+		if kept := keep(old); len(kept) > 0 {
+			f.replaced[key] = kept
 		} else {
 			delete(f.replaced, key)
 		}
 	}
 	for i := range f.discarded {
-		f.discarded[i].replicas = keepOff(f.discarded[i].replicas)
+		f.discarded[i].replicas = keep(f.discarded[i].replicas)
 	}
 	f.discarded = slices.DeleteFunc(f.discarded, func(d discard) bool { return len(d.replicas) == 0 })
+	return n
 }
