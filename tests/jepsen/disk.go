@@ -13,6 +13,10 @@ import (
 // holds. The fault suite's nodes are built with -tags failpoints.
 const failpointSlowLog = "failpoint-slow-log"
 
+// failpointFailLog is its sibling: while the file exists, each Raft log
+// write of the node fails with EIO.
+const failpointFailLog = "failpoint-fail-log"
+
 // fillerName is the file the disk-full nemesis fills a node's data dir
 // file system with.
 const fillerName = "nemesis-filler"

@@ -5,22 +5,31 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/transport"
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
 // failpointCluster starts three nodes built with failpoints and returns
 // the cluster and its leader; the cluster is closed when the test ends.
 func failpointCluster(t *testing.T) (*cluster, int) {
+	return testCluster(t, "failpoints")
+}
+
+// testCluster starts three nodes built with the build tags and returns
+// the cluster and its leader; the cluster is closed when the test ends.
+func testCluster(t *testing.T, tags ...string) (*cluster, int) {
 	if testing.Short() {
 		t.Skip("process-level fault test; run without -short")
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
-	bin, err := buildMoonraft(dir, "failpoints")
+	bin, err := buildMoonraft(dir, tags...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,4 +153,108 @@ func TestSlowLeaderDiskReplaced(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// putPair puts key (both halves) for client "slow", each retried until
+// answered, for at most a minute. PutEnd is idempotent; PutStart answered
+// OBJECT_ALREADY_EXISTS on a retry is an earlier attempt of ours that went
+// through after all (its outcome was unknown).
+func putPair(t *testing.T, c *cluster, key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tried := false
+	err := retry(ctx, func(ctx context.Context) error {
+		_, err := c.admin.PutStart(ctx, key, []uint64{64}, transport.ReplicateConfig{ReplicaNum: 1}, "slow")
+		if tried && errcode.Of(err) == errcode.ObjectAlreadyExists {
+			return nil
+		}
+		tried = true
+		return err
+	})
+	if err == nil {
+		err = retry(ctx, func(ctx context.Context) error { return c.admin.PutEnd(ctx, key, "slow") })
+	}
+	if err != nil {
+		t.Fatalf("put %s: %v", key, err)
+	}
+}
+
+// caughtUp waits until node i holds objects objects, the same set as the
+// leader's, and says no disk error.
+func caughtUp(t *testing.T, c *cluster, i, objects int, within time.Duration) {
+	deadline := time.Now().Add(within)
+	for {
+		sts := c.statuses(time.Second)
+		var leader *moonraftpb.NodeStatus
+		for _, st := range sts {
+			if st != nil && st.Role == "leader" && st.Promoted {
+				leader = st
+			}
+		}
+		st := sts[i]
+		if st != nil && leader != nil && st.Objects == uint64(objects) && st.ObjectSetDigest == leader.ObjectSetDigest && st.DiskError == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not catch up (%d objects, the leader's set, no disk error) within %v once its disk worked again: %v", c.nodes[i].id, objects, within, st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestFailingFollowerDisk: every Raft log write of one follower fails with
+// EIO. The other two commit every write; the follower says what is wrong
+// in its Status; once its disk works again it catches up by itself.
+func TestFailingFollowerDisk(t *testing.T) {
+	c, l := failpointCluster(t)
+	mountSlowSegment(t, c)
+	f := (l + 1) % 3
+	fail := filepath.Join(c.nodeDir(f), failpointFailLog)
+	if err := os.WriteFile(fail, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const writes = 20
+	for i := range writes {
+		putPair(t, c, fmt.Sprint("eio/", i))
+	}
+	st := c.statuses(time.Second)[f]
+	if st == nil || !strings.Contains(st.DiskError, "input/output error") {
+		t.Fatalf("the follower whose log writes fail does not say so in its Status: %v", st)
+	}
+	if st.Objects >= writes {
+		t.Fatalf("the follower whose log writes fail applied every write: %v", st)
+	}
+	if err := os.Remove(fail); err != nil {
+		t.Fatal(err)
+	}
+	putPair(t, c, "eio/after") // a good write clears the disk error
+	caughtUp(t, c, f, writes+1, 30*time.Second)
+}
+
+// TestFailingLeaderDisk: every Raft log write of the leader fails with EIO.
+// It steps down at the first write it cannot log (answered UNAVAILABLE, not
+// applied: TestLeaderLogWriteFailure), writes go on through another leader,
+// and, its disk working again, it follows and holds every object.
+func TestFailingLeaderDisk(t *testing.T) {
+	c, l := failpointCluster(t)
+	ctx := context.Background()
+	mountSlowSegment(t, c)
+	fail := filepath.Join(c.nodeDir(l), failpointFailLog)
+	if err := os.WriteFile(fail, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const writes = 5
+	for i := range writes {
+		putPair(t, c, fmt.Sprint("eio/", i))
+	}
+	nl, err := newLeader(ctx, c, l, 15*time.Second)
+	if err != nil {
+		t.Fatalf("the leader whose log writes fail was not replaced: %v", err)
+	}
+	t.Logf("%s replaced by %s", c.nodes[l].id, c.nodes[nl].id)
+	if err := os.Remove(fail); err != nil {
+		t.Fatal(err)
+	}
+	putPair(t, c, "eio/after")
+	caughtUp(t, c, l, writes+1, 30*time.Second)
 }

@@ -102,14 +102,15 @@ func freshLease(ctx context.Context, c *cluster, l int, lease time.Duration) err
 	return fmt.Errorf("%s holds no fresh read lease", c.nodes[l].id)
 }
 
-// newLeader waits for a node other than old to serve as leader in a later
-// term than old's.
+// newLeader waits for a node other than old, the leader when the fault
+// began, to serve as leader: it can only be in a later term (old may have
+// followed it there already).
 func newLeader(ctx context.Context, c *cluster, old int, within time.Duration) (int, error) {
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		sts := c.statuses(300 * time.Millisecond)
 		for i, st := range sts {
-			if i != old && st != nil && st.Role == "leader" && st.Promoted && st.Term > sts[old].GetTerm() {
+			if i != old && st != nil && st.Role == "leader" && st.Promoted {
 				return i, nil
 			}
 		}
