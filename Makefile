@@ -14,7 +14,7 @@ FUZZ_TARGETS := \
 	./cororpc:FuzzReadRequest \
 	./structpack:FuzzUnmarshal
 
-.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen soak mooncake-golden mooncake-bench mooncake-failover
+.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen soak overload mooncake-golden mooncake-bench mooncake-failover
 
 all: build
 
@@ -109,6 +109,14 @@ DURATION ?= 10m
 SEED ?=
 jepsen:
 	JEPSEN_DURATION=$(DURATION) JEPSEN_SEED=$(SEED) $(GO) test -count=1 -run 'TestJepsen$$' -timeout 0 -v ./tests/jepsen/
+
+# overload: a herd of CLIENTS (ten times the clients at which puts peak)
+# with 200 ms deadlines against a three-node cluster (docs/RELIABILITY.md);
+# MAX_PENDING sets the nodes' --max-pending-writes (default: theirs).
+CLIENTS ?= 2560
+MAX_PENDING ?=
+overload:
+	OVERLOAD_CLIENTS=$(CLIENTS) OVERLOAD_MAX_PENDING=$(MAX_PENDING) $(GO) test -count=1 -run 'TestOverload$$' -timeout 10m -v ./tests/jepsen/
 
 # soak: steady load with the nemeses for DURATION, sampling every node's
 # resources; fails on growth without bound (docs/RELIABILITY.md).

@@ -66,6 +66,7 @@ max-message-bytes        = 16777216   # one gRPC message, each way
 max-batch                = 10000      # keys or items in one batch RPC
 max-regex-len            = 4096       # regex of *ByRegex RPCs (4096 at most)
 max-in-flight-per-client = 256        # per client id (else per connection); -1: no cap
+max-pending-writes       = 512        # client writes waiting for the log on this node; -1: no bound
 
 # ---- cache semantics (the leader's values apply cluster-wide) --------------
 lease-ttl      = "5s"

@@ -89,6 +89,10 @@ type Config struct {
 	// GracefulUnmountMax bounds a graceful unmount's grace period: a
 	// request for none or for longer gets this.
 	GracefulUnmountMax time.Duration
+	// MaxPendingWrites bounds the client writes this node has sent to the
+	// log and not yet seen applied; past it a write is refused at once with
+	// TOO_MANY_REQUESTS (-1: no bound).
+	MaxPendingWrites int
 
 	HeartbeatTimeout time.Duration
 	ElectionTimeout  time.Duration
@@ -123,6 +127,12 @@ type Config struct {
 	Now func() int64
 }
 
+// DefaultMaxPendingWrites is the default of Config.MaxPendingWrites: twice
+// the clients at which puts peak on a small cluster (docs/BENCHMARKS.md),
+// and a wait behind it of about 0.1 s at this kind of cluster's commit
+// rate, within the deadlines clients use.
+const DefaultMaxPendingWrites = 512
+
 // DefaultConfig returns DESIGN.md's defaults with timeouts tuned for a LAN.
 func DefaultConfig() Config {
 	return Config{
@@ -130,6 +140,7 @@ func DefaultConfig() Config {
 		Params:             fsm.DefaultParams(),
 		Tick:               100 * time.Millisecond,
 		GracefulUnmountMax: 30 * time.Second,
+		MaxPendingWrites:   DefaultMaxPendingWrites,
 		HeartbeatTimeout:   300 * time.Millisecond,
 		ElectionTimeout:    300 * time.Millisecond,
 		ReadMode:           ReadLease,
@@ -165,6 +176,8 @@ func (c *Config) validate() error {
 		return errcode.New(errcode.InvalidParams, "export linger must not be negative, got %v", c.ExportLinger)
 	case c.GracefulUnmountMax < 0:
 		return errcode.New(errcode.InvalidParams, "graceful unmount bound must not be negative, got %v", c.GracefulUnmountMax)
+	case c.MaxPendingWrites == 0 || c.MaxPendingWrites < -1:
+		return errcode.New(errcode.InvalidParams, "max pending writes must be positive or -1 (no bound), got %d", c.MaxPendingWrites)
 	case c.Bootstrap && len(c.Peers) == 0:
 		return errcode.New(errcode.InvalidParams, "bootstrap needs --peers")
 	}

@@ -3,9 +3,11 @@
 package node
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -23,30 +25,41 @@ const (
 	// failpointSlowLog makes every write to the Raft log take as long as
 	// the duration the file holds ("1s"): a disk whose fsyncs stall.
 	failpointSlowLog = "failpoint-slow-log"
+	// failpointFailLog makes every write to the Raft log fail with EIO
+	// while the file exists: a disk that reports errors.
+	failpointFailLog = "failpoint-fail-log"
 )
 
 func withFailpoints(s raft.LogStore, dataDir string) raft.LogStore {
-	return &stallingLog{LogStore: s, stall: filepath.Join(dataDir, failpointStallLog), slow: filepath.Join(dataDir, failpointSlowLog)}
+	return &faultyLog{LogStore: s, stall: filepath.Join(dataDir, failpointStallLog),
+		slow: filepath.Join(dataDir, failpointSlowLog), fail: filepath.Join(dataDir, failpointFailLog)}
 }
 
-type stallingLog struct {
+type faultyLog struct {
 	raft.LogStore
-	stall, slow string
+	stall, slow, fail string
 }
 
-func (l *stallingLog) StoreLog(log *raft.Log) error {
-	l.wait()
+func (l *faultyLog) StoreLog(log *raft.Log) error {
+	if err := l.fault(); err != nil {
+		return err
+	}
 	return l.LogStore.StoreLog(log)
 }
 
-func (l *stallingLog) StoreLogs(logs []*raft.Log) error {
-	l.wait()
+func (l *faultyLog) StoreLogs(logs []*raft.Log) error {
+	if err := l.fault(); err != nil {
+		return err
+	}
 	return l.LogStore.StoreLogs(logs)
 }
 
-func (l *stallingLog) IsMonotonic() bool { return isMonotonic(l.LogStore) }
+func (l *faultyLog) IsMonotonic() bool { return isMonotonic(l.LogStore) }
 
-func (l *stallingLog) wait() {
+func (l *faultyLog) fault() error {
+	if _, err := os.Stat(l.fail); err == nil {
+		return fmt.Errorf("write raft log: %w (%s)", syscall.EIO, failpointFailLog)
+	}
 	if b, err := os.ReadFile(l.slow); err == nil {
 		if d, err := time.ParseDuration(strings.TrimSpace(string(b))); err == nil {
 			time.Sleep(d)
@@ -54,7 +67,7 @@ func (l *stallingLog) wait() {
 	}
 	for {
 		if _, err := os.Stat(l.stall); err != nil {
-			return
+			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

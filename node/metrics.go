@@ -64,6 +64,9 @@ type nodeMetrics struct {
 	tickDur     prometheus.Histogram
 	etcdDur     *prometheus.HistogramVec
 	etcdErrs    *prometheus.CounterVec
+	// writesRefused counts client writes refused past --max-pending-writes,
+	// through either front door (gRPC, Mooncake's protocol).
+	writesRefused prometheus.Counter
 }
 
 // Latency buckets from 0.25 ms to ~8 s: Raft round trips on a LAN are
@@ -90,7 +93,12 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		Help: "Linearizable reads served by this leader, by how leadership was proven: under the read lease, or by a quorum round."},
 		[]string{"path"})
 	m.leaseReads, m.quorumReads = reads.WithLabelValues("lease"), reads.WithLabelValues("quorum")
-	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs, n.disk.errs,
+	m.writesRefused = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "writes_refused_total",
+		Help: "Client writes refused with TOO_MANY_REQUESTS because --max-pending-writes were already waiting for the log."})
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "pending_writes",
+		Help: "Client writes sent to the log and not yet applied on this node (bounded by --max-pending-writes)."},
+		func() float64 { return float64(n.pendingWrites.Load()) })
+	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs, m.writesRefused, pending, n.disk.errs,
 		&stateCollector{n: n},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

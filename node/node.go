@@ -53,6 +53,9 @@ type Node struct {
 	// needSpace is set when the leader refuses a PutStart for space before
 	// proposing it, so the next Tick evicts.
 	needSpace atomic.Bool
+	// pendingWrites counts the client writes admitted and not yet applied
+	// (admitWrite).
+	pendingWrites atomic.Int64
 
 	// hadState: the data dir held Raft state at start (a restart, which
 	// neither bootstraps nor joins).

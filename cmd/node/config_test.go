@@ -94,6 +94,7 @@ func TestExampleConfig(t *testing.T) {
 	assert.Equal(t, "10.0.0.1:7200", o.cfg.RaftAddr)
 	assert.Equal(t, "/etc/moonraft/tls/ca.pem", o.cfg.TLS.CA)
 	assert.Equal(t, 256, o.cfg.Limits.MaxInFlightPerClient)
+	assert.Equal(t, 512, o.cfg.MaxPendingWrites)
 	assert.Equal(t, "n0=10.0.0.1:7200,n1=10.0.0.2:7200,n2=10.0.0.3:7200", fs.Lookup("peers").Value.String())
 }
 

@@ -116,6 +116,7 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	fs.IntVar(&cfg.Limits.MaxBatch, "max-batch", transport.MaxBatch, "most keys or items in one batch RPC")
 	fs.IntVar(&cfg.Limits.MaxRegexLen, "max-regex-len", 4096, "longest regex of GetReplicaListByRegex and RemoveByRegex (at most 4096)")
 	fs.IntVar(&cfg.Limits.MaxInFlightPerClient, "max-in-flight-per-client", transport.DefaultMaxInFlightPerClient, "requests one client (client id, else connection) may have in progress at once; -1: no cap")
+	fs.IntVar(&cfg.MaxPendingWrites, "max-pending-writes", node.DefaultMaxPendingWrites, "client writes this node may have waiting for the log at once; past it a write is refused with TOO_MANY_REQUESTS; -1: no bound")
 	dev := fs.Bool("dev", false, "one-node cluster with an embedded etcd in a temporary directory, for trying moonraft out")
 	followEtcd := fs.Bool("follow-etcd", false, "run a read-only observer that follows the OpLog in etcd instead of a Raft node")
 	followSnapshot := fs.String("snapshot", "", "with --follow-etcd: start from this snapshot file instead of seq 1")

@@ -130,6 +130,10 @@ type clusterConfig struct {
 	extraArgs []string
 	logLevel  string
 	diskMB    int // > 0: each node's data dir on a tmpfs of this size (the disk-full nemesis)
+	// direct: no proxies, the nodes dial each other and etcd themselves
+	// (the overload test: its herd of clients in this process would
+	// starve the proxies, which live here too, and fake a network fault).
+	direct bool
 }
 
 // cluster is the system under test: an etcd process, n moonraft processes
@@ -211,8 +215,13 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 		// leader or candidate) and logs a warning per call when the
 		// provider does not know it.
 		dials := []string{p.id + "=" + p.raftAddr}
+		etcdVia := etcdHost
 		for j, q := range c.nodes {
 			if i == j {
+				continue
+			}
+			if cfg.direct {
+				dials = append(dials, q.id+"="+q.raftAddr)
 				continue
 			}
 			l, err := newLink(c.tox, fmt.Sprintf("raft-%s-%s", p.id, q.id), q.raftAddr)
@@ -222,11 +231,14 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 			c.raftLinks[[2]int{i, j}] = l
 			dials = append(dials, q.id+"="+l.listen)
 		}
-		el, err := newLink(c.tox, "etcd-"+p.id, etcdHost)
-		if err != nil {
-			return c, err
+		if !cfg.direct {
+			el, err := newLink(c.tox, "etcd-"+p.id, etcdHost)
+			if err != nil {
+				return c, err
+			}
+			c.etcdLinks = append(c.etcdLinks, el)
+			etcdVia = el.listen
 		}
-		c.etcdLinks = append(c.etcdLinks, el)
 		level := cfg.logLevel
 		if level == "" {
 			level = "info"
@@ -235,7 +247,7 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 			"--raft-addr", p.raftAddr, "--grpc-addr", p.grpcAddr, "--http-addr", p.httpAddr,
 			"--bootstrap", "--peers", strings.Join(peers, ","),
 			"--raft-dial", strings.Join(dials, ","),
-			"--etcd-endpoints", "http://" + el.listen,
+			"--etcd-endpoints", "http://" + etcdVia,
 			"--log-level", level}, cfg.extraArgs...)
 	}
 	for _, p := range c.nodes {

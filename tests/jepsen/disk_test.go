@@ -18,12 +18,13 @@ import (
 // failpointCluster starts three nodes built with failpoints and returns
 // the cluster and its leader; the cluster is closed when the test ends.
 func failpointCluster(t *testing.T) (*cluster, int) {
-	return testCluster(t, "failpoints")
+	return testCluster(t, clusterConfig{nodes: 3, logLevel: "warn"}, "failpoints")
 }
 
-// testCluster starts three nodes built with the build tags and returns
-// the cluster and its leader; the cluster is closed when the test ends.
-func testCluster(t *testing.T, tags ...string) (*cluster, int) {
+// testCluster starts the nodes of cfg built with the build tags and
+// returns the cluster and its leader; the cluster is closed when the test
+// ends.
+func testCluster(t *testing.T, cfg clusterConfig, tags ...string) (*cluster, int) {
 	if testing.Short() {
 		t.Skip("process-level fault test; run without -short")
 	}
@@ -33,7 +34,7 @@ func testCluster(t *testing.T, tags ...string) (*cluster, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := startCluster(ctx, bin, dir, filepath.Join(dir, "data"), clusterConfig{nodes: 3, logLevel: "warn"}, t.Logf)
+	c, err := startCluster(ctx, bin, dir, filepath.Join(dir, "data"), cfg, t.Logf)
 	if c != nil {
 		t.Cleanup(c.close)
 	}
