@@ -110,3 +110,27 @@ func refuseRebootstrap(ctx context.Context, cfg Config, store *etcdbridge.Store)
 			"with an empty data dir and --join HOST:GRPCPORT of a member, not --bootstrap; or, for a new cluster, use another --cluster-id or --etcd-prefix",
 		cfg.ID, store.Config().ClusterID, cfg.DataDir, cfg.ID)
 }
+
+// registerNode records this node's id in etcd (refuseRebootstrap reads it)
+// and reports whether it did.
+func (n *Node) registerNode(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := n.etcd.RegisterNode(rctx, n.cfg.ID); err != nil {
+		n.log.Warn("could not register this node in etcd yet (until it is, a start on a lost data dir is not refused)", "error", err)
+		return false
+	}
+	return true
+}
+
+// registerLoop retries registerNode, backing off to once a minute, until
+// it succeeds or ctx ends.
+func (n *Node) registerLoop(ctx context.Context) {
+	for wait := time.Second; !n.registerNode(ctx); wait = min(2*wait, time.Minute) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}

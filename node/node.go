@@ -176,6 +176,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.disk = newDiskHealth()
 	n.metrics = newNodeMetrics(n)
+	etcdDown := false
 	if len(cfg.Etcd.Endpoints) > 0 {
 		if cfg.Etcd.ClusterID == "" {
 			n.cfg.Etcd.ClusterID = cfg.ClusterID
@@ -193,6 +194,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 				return nil, err
 			}
 			n.log.Warn("etcd does not answer; starting from the Raft state, OpLog export resumes when it does", "error", err)
+			etcdDown = true
 		} else if err := refuseRebootstrap(ctx, cfg, store); err != nil {
 			_ = store.Close()
 			return nil, err
@@ -205,16 +207,18 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, err
 	}
-	if n.etcd != nil {
-		// On every start, so members from before this check get registered.
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := n.etcd.RegisterNode(rctx, cfg.ID); err != nil {
-			n.log.Warn("could not register this node in etcd (a later start on a lost data dir will not be refused)", "error", err)
-		}
-		cancel()
-	}
 	lctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
+	// On every start, so members from before this check get registered:
+	// at once while etcd answers (a replaced disk right after is refused),
+	// else in the background, since a restart must not wait on etcd.
+	if n.etcd != nil && (etcdDown || !n.registerNode(ctx)) {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.registerLoop(lctx)
+		}()
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
