@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
@@ -519,6 +520,11 @@ func TestRestartDuringEtcdOutage(t *testing.T) {
 	for i := range c.nodes {
 		c.stop(i)
 	}
+	// As for members from before the registry: the nodes must register
+	// once etcd answers, not only at a start when it does.
+	registry := direct.Config().Prefix + "/" + direct.Config().ClusterID + "/nodes/"
+	_, err = direct.Client().Delete(ctx(t), registry, clientv3.WithPrefix())
+	require.NoError(t, err)
 	for i := range c.nodes {
 		c.start(i)
 	}
@@ -536,6 +542,12 @@ func TestRestartDuringEtcdOutage(t *testing.T) {
 		view, _, err = direct.MasterView(ctx(t))
 		return err == nil && view.Term == nd.raft.CurrentTerm() && view.LeaderID == nd.cfg.ID
 	}, 10*time.Second, 20*time.Millisecond, "master_view published once etcd is back")
+	for _, cfg := range c.cfgs {
+		require.Eventually(t, func() bool {
+			ok, err := direct.NodeRegistered(ctx(t), cfg.ID)
+			return err == nil && ok
+		}, 10*time.Second, 50*time.Millisecond, "%s registered in etcd once it answers", cfg.ID)
+	}
 
 	proxy.Stop()
 	fresh := c.cfgs[0]

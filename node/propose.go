@@ -25,11 +25,10 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	if err := n.awaitLeader(ctx); err != nil {
 		return fsm.Result{}, err
 	}
-	done, err := n.admitWrite()
-	if err != nil {
+	if err := n.admitWrite(); err != nil {
 		return fsm.Result{}, err
 	}
-	defer done()
+	defer n.pendingWrites.Add(-1)
 	var release func()
 	switch c := cmd.(type) {
 	case *fsm.Remove, *fsm.UpsertStart:
@@ -66,11 +65,10 @@ func (n *Node) ProposeBatch(ctx context.Context, cmds []fsm.Command) ([]fsm.Resu
 	if err := n.awaitLeader(ctx); err != nil {
 		return nil, err
 	}
-	done, err := n.admitWrite()
-	if err != nil {
+	if err := n.admitWrite(); err != nil {
 		return nil, err
 	}
-	defer done()
+	defer n.pendingWrites.Add(-1)
 	for i, c := range cmds {
 		if !fsm.Batchable(c) {
 			return nil, errcode.New(errcode.InvalidParams, "batch item %d: %T cannot be batched", i, c)
@@ -94,25 +92,22 @@ func (n *Node) ProposeBatch(ctx context.Context, cmds []fsm.Command) ([]fsm.Resu
 	return r.Batch, nil
 }
 
-// admitWrite counts a client write in until done is called, or refuses it
-// when MaxPendingWrites are already waiting for the log. Under a herd of
-// clients a queue without bound makes every write wait longer than its
-// caller's deadline: all of them time out, none is of use to anyone, and
-// the log still carries them. Refused at once, the excess costs little and
-// the writes let in finish in time.
-func (n *Node) admitWrite() (done func(), err error) {
-	max := n.cfg.MaxPendingWrites
-	if max < 0 {
-		return func() {}, nil
-	}
-	if p := n.pendingWrites.Add(1); p > int64(max) {
+// admitWrite counts a client write in (the caller counts it out once it is
+// applied), or refuses it when MaxPendingWrites are already waiting for
+// the log. Under a herd of clients a queue without bound makes every write
+// wait longer than its caller's deadline: all of them time out, none is of
+// use to anyone, and the log still carries them. Refused at once, the
+// excess costs little and the writes let in finish in time.
+func (n *Node) admitWrite() error {
+	p := n.pendingWrites.Add(1)
+	if max := n.cfg.MaxPendingWrites; max >= 0 && p > int64(max) {
 		n.pendingWrites.Add(-1)
 		n.metrics.writesRefused.Inc()
-		return nil, errcode.New(errcode.TooManyRequests,
+		return errcode.New(errcode.TooManyRequests,
 			"%d writes are waiting for the log on this node, the limit is %d (--max-pending-writes); this one was not applied, retry after a short wait",
 			p-1, max)
 	}
-	return func() { n.pendingWrites.Add(-1) }, nil
+	return nil
 }
 
 // gateKeys holds reads of the keys that cmds check leases of (unforced

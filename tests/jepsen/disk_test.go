@@ -57,126 +57,45 @@ func mountSlowSegment(t *testing.T, c *cluster) {
 	}
 }
 
-// putStart starts a put of key for client "slow", retried until answered.
+// putStart starts a put of key for client "slow", retried until answered,
+// for at most a minute. OBJECT_ALREADY_EXISTS on a retry is an earlier
+// attempt of ours that went through after all (its outcome was unknown).
 func putStart(t *testing.T, c *cluster, key string) {
-	if err := retry(context.Background(), func(ctx context.Context) error {
-		_, err := c.admin.PutStart(ctx, key, []uint64{64}, transport.ReplicateConfig{ReplicaNum: 1}, "slow")
-		return err
-	}); err != nil {
-		t.Fatalf("PutStart %s: %v", key, err)
-	}
-}
-
-// TestSlowFollowerDisk gives one follower a disk on which every log write
-// takes a second. A commit needs the leader and one follower, so writes go
-// on at the other follower's pace: twenty writes one after the other take
-// well under the twenty seconds they would if commits waited for the slow
-// disk. Once the disk is fast again the follower holds every object.
-func TestSlowFollowerDisk(t *testing.T) {
-	c, l := failpointCluster(t)
-	ctx := context.Background()
-	mountSlowSegment(t, c)
-	f := (l + 1) % 3
-	slow := filepath.Join(c.dataDir, c.nodes[f].id, failpointSlowLog)
-	if err := os.WriteFile(slow, []byte("1s"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second) // the follower's writes in flight are slow ones now
-
-	const writes = 20
-	start := time.Now()
-	for i := range writes {
-		key := fmt.Sprint("slow/", i)
-		putStart(t, c, key)
-		if err := retry(ctx, func(ctx context.Context) error { return c.admin.PutEnd(ctx, key, "slow") }); err != nil {
-			t.Fatalf("PutEnd %s: %v", key, err)
-		}
-	}
-	took := time.Since(start)
-	t.Logf("%d puts (two commits each) with one follower's log writes taking 1 s: %v", writes, took)
-	if took > writes*time.Second/2 {
-		t.Errorf("%d puts took %v: commits waited for the slow follower", writes, took)
-	}
-	if sts := c.statuses(time.Second); sts[f] == nil || sts[l] == nil || sts[f].Objects >= writes {
-		t.Fatalf("the slow follower is not behind (the failpoint did not take): %v", sts[f])
-	}
-
-	if err := os.Remove(slow); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		sts := c.statuses(time.Second)
-		if st := sts[f]; st != nil && st.Objects == writes && sts[l] != nil && st.ObjectSetDigest == sts[l].ObjectSetDigest {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the follower did not catch up in 30 s once its disk was fast again: %v", sts[f])
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// TestSlowLeaderDiskReplaced gives the leader a disk on which every log
-// write takes three seconds. It cannot commit at that pace, so it must not
-// stay leader: another node is elected, takes writes, and once the disk is
-// fast again the old leader follows and holds every object.
-func TestSlowLeaderDiskReplaced(t *testing.T) {
-	c, l := failpointCluster(t)
-	ctx := context.Background()
-	slow := filepath.Join(c.dataDir, c.nodes[l].id, failpointSlowLog)
-	if err := os.WriteFile(slow, []byte("3s"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	nl, err := newLeader(ctx, c, l, 15*time.Second)
-	if err != nil {
-		t.Fatalf("the leader with a slow disk was not replaced: %v", err)
-	}
-	t.Logf("%s replaced by %s %v after its log writes began to take 3 s", c.nodes[l].id, c.nodes[nl].id, time.Since(start).Round(time.Millisecond))
-	mountSlowSegment(t, c)
-	const writes = 5
-	for i := range writes {
-		key := fmt.Sprint("slow/", i)
-		putStart(t, c, key)
-	}
-	if err := os.Remove(slow); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		sts := c.statuses(time.Second)
-		if old, cur := sts[l], sts[nl]; old != nil && cur != nil && old.Role == "follower" && old.Objects == writes && old.ObjectSetDigest == cur.ObjectSetDigest {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the old leader did not follow and catch up in 30 s once its disk was fast again: %v", sts[l])
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// putPair puts key (both halves) for client "slow", each retried until
-// answered, for at most a minute. PutEnd is idempotent; PutStart answered
-// OBJECT_ALREADY_EXISTS on a retry is an earlier attempt of ours that went
-// through after all (its outcome was unknown).
-func putPair(t *testing.T, c *cluster, key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tried := false
-	err := retry(ctx, func(ctx context.Context) error {
+	if err := retry(ctx, func(ctx context.Context) error {
 		_, err := c.admin.PutStart(ctx, key, []uint64{64}, transport.ReplicateConfig{ReplicaNum: 1}, "slow")
 		if tried && errcode.Of(err) == errcode.ObjectAlreadyExists {
 			return nil
 		}
 		tried = true
 		return err
-	})
-	if err == nil {
-		err = retry(ctx, func(ctx context.Context) error { return c.admin.PutEnd(ctx, key, "slow") })
+	}); err != nil {
+		t.Fatalf("PutStart %s: %v", key, err)
 	}
-	if err != nil {
-		t.Fatalf("put %s: %v", key, err)
+}
+
+// putPair puts key (both halves) for client "slow"; PutEnd is idempotent,
+// so it is retried as it is.
+func putPair(t *testing.T, c *cluster, key string) {
+	putStart(t, c, key)
+	if err := retry(context.Background(), func(ctx context.Context) error { return c.admin.PutEnd(ctx, key, "slow") }); err != nil {
+		t.Fatalf("PutEnd %s: %v", key, err)
+	}
+}
+
+// setFailpoint switches failpoint name on for node i (holding value) and
+// returns what switches it off.
+func setFailpoint(t *testing.T, c *cluster, i int, name, value string) (off func()) {
+	path := filepath.Join(c.nodeDir(i), name)
+	if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -203,6 +122,70 @@ func caughtUp(t *testing.T, c *cluster, i, objects int, within time.Duration) {
 	}
 }
 
+// TestSlowFollowerDisk gives one follower a disk on which every log write
+// takes a second. A commit needs the leader and one follower, so writes go
+// on at the other follower's pace: twenty writes one after the other take
+// well under the twenty seconds they would if commits waited for the slow
+// disk. Once the disk is fast again the follower holds every object.
+func TestSlowFollowerDisk(t *testing.T) {
+	c, l := failpointCluster(t)
+	mountSlowSegment(t, c)
+	f := (l + 1) % 3
+	fast := setFailpoint(t, c, f, failpointSlowLog, "1s")
+	time.Sleep(2 * time.Second) // the follower's writes in flight are slow ones now
+
+	const writes = 20
+	start := time.Now()
+	for i := range writes {
+		putPair(t, c, fmt.Sprint("slow/", i))
+	}
+	took := time.Since(start)
+	t.Logf("%d puts (two commits each) with one follower's log writes taking 1 s: %v", writes, took)
+	if took > writes*time.Second/2 {
+		t.Errorf("%d puts took %v: commits waited for the slow follower", writes, took)
+	}
+	if sts := c.statuses(time.Second); sts[f] == nil || sts[l] == nil || sts[f].Objects >= writes {
+		t.Fatalf("the slow follower is not behind (the failpoint did not take): %v", sts[f])
+	}
+
+	fast()
+	caughtUp(t, c, f, writes, 30*time.Second)
+}
+
+// TestSlowLeaderDiskReplaced gives the leader a disk on which every log
+// write takes three seconds. It cannot commit at that pace, so it must not
+// stay leader: another node is elected, takes writes, and once the disk is
+// fast again the old leader follows and holds every object.
+func TestSlowLeaderDiskReplaced(t *testing.T) {
+	c, l := failpointCluster(t)
+	ctx := context.Background()
+	fast := setFailpoint(t, c, l, failpointSlowLog, "3s")
+	start := time.Now()
+	nl, err := newLeader(ctx, c, l, 15*time.Second)
+	if err != nil {
+		t.Fatalf("the leader with a slow disk was not replaced: %v", err)
+	}
+	t.Logf("%s replaced by %s %v after its log writes began to take 3 s", c.nodes[l].id, c.nodes[nl].id, time.Since(start).Round(time.Millisecond))
+	mountSlowSegment(t, c)
+	const writes = 5
+	for i := range writes {
+		key := fmt.Sprint("slow/", i)
+		putStart(t, c, key)
+	}
+	fast()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sts := c.statuses(time.Second)
+		if old, cur := sts[l], sts[nl]; old != nil && cur != nil && old.Role == "follower" && old.Objects == writes && old.ObjectSetDigest == cur.ObjectSetDigest {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old leader did not follow and catch up in 30 s once its disk was fast again: %v", sts[l])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // TestFailingFollowerDisk: every Raft log write of one follower fails with
 // EIO. The other two commit every write; the follower says what is wrong
 // in its Status; once its disk works again it catches up by itself.
@@ -210,10 +193,7 @@ func TestFailingFollowerDisk(t *testing.T) {
 	c, l := failpointCluster(t)
 	mountSlowSegment(t, c)
 	f := (l + 1) % 3
-	fail := filepath.Join(c.nodeDir(f), failpointFailLog)
-	if err := os.WriteFile(fail, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	works := setFailpoint(t, c, f, failpointFailLog, "")
 	const writes = 20
 	for i := range writes {
 		putPair(t, c, fmt.Sprint("eio/", i))
@@ -225,9 +205,7 @@ func TestFailingFollowerDisk(t *testing.T) {
 	if st.Objects >= writes {
 		t.Fatalf("the follower whose log writes fail applied every write: %v", st)
 	}
-	if err := os.Remove(fail); err != nil {
-		t.Fatal(err)
-	}
+	works()
 	putPair(t, c, "eio/after") // a good write clears the disk error
 	caughtUp(t, c, f, writes+1, 30*time.Second)
 }
@@ -240,10 +218,7 @@ func TestFailingLeaderDisk(t *testing.T) {
 	c, l := failpointCluster(t)
 	ctx := context.Background()
 	mountSlowSegment(t, c)
-	fail := filepath.Join(c.nodeDir(l), failpointFailLog)
-	if err := os.WriteFile(fail, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	works := setFailpoint(t, c, l, failpointFailLog, "")
 	const writes = 5
 	for i := range writes {
 		putPair(t, c, fmt.Sprint("eio/", i))
@@ -253,9 +228,7 @@ func TestFailingLeaderDisk(t *testing.T) {
 		t.Fatalf("the leader whose log writes fail was not replaced: %v", err)
 	}
 	t.Logf("%s replaced by %s", c.nodes[l].id, c.nodes[nl].id)
-	if err := os.Remove(fail); err != nil {
-		t.Fatal(err)
-	}
+	works()
 	putPair(t, c, "eio/after")
 	caughtUp(t, c, l, writes+1, 30*time.Second)
 }
