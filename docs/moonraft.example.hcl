@@ -67,6 +67,7 @@ max-batch                = 10000      # keys or items in one batch RPC
 max-regex-len            = 4096       # regex of *ByRegex RPCs (4096 at most)
 max-in-flight-per-client = 256        # per client id (else per connection); -1: no cap
 max-pending-writes       = 512        # client writes waiting for the log on this node; -1: no bound
+gc-percent               = 200        # Go's GOGC (default 200, or $GOGC when set): memory for CPU
 
 # ---- cache semantics (the leader's values apply cluster-wide) --------------
 lease-ttl      = "5s"

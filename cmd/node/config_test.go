@@ -135,3 +135,25 @@ func TestRaftLogStoreFlag(t *testing.T) {
 		assert.Equal(t, tc.want, o.cfg.RaftLogStore, "%v", tc.args)
 	}
 }
+
+// TestGCPercent: --gc-percent defaults to DefaultGCPercent unless $GOGC is set, which
+// it then follows as the Go runtime reads it; the flag wins over both.
+func TestGCPercent(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want int
+	}{{"", DefaultGCPercent}, {"off", -1}, {"50", 50}, {"bogus", 100}} {
+		assert.Equal(t, tc.want, defaultGCPercent(tc.env), "GOGC=%q", tc.env)
+	}
+	t.Setenv("GOGC", "")
+	o, err := parseArgs([]string{"--id", "n0"})
+	require.NoError(t, err)
+	assert.Equal(t, DefaultGCPercent, o.gcPercent)
+	t.Setenv("GOGC", "150")
+	o, err = parseArgs([]string{"--id", "n0"})
+	require.NoError(t, err)
+	assert.Equal(t, 150, o.gcPercent, "$GOGC when set")
+	o, err = parseArgs([]string{"--gc-percent", "-1"})
+	require.NoError(t, err)
+	assert.Equal(t, -1, o.gcPercent, "the flag wins")
+}
