@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -388,7 +387,7 @@ func baselineEtcd(endpoints []string) etcdbridge.Config {
 type baseline struct {
 	mode     string
 	dir      string
-	etcdE    *etcdbridge.Embedded
+	etcdP    *etcdProc
 	primary  *child.Proc
 	standbys []*child.Proc
 	addrs    []string // the primary's, then the standbys'
@@ -402,11 +401,11 @@ func openBaseline(ctx context.Context, cfg config, mode string) (*baseline, erro
 	}
 	b := &baseline{mode: mode, dir: dir}
 	progressf("starting the baseline (%s): embedded etcd, primary, two standbys", mode)
-	if b.etcdE, err = etcdbridge.StartEmbedded(filepath.Join(dir, "etcd"), "", ""); err != nil {
+	if b.etcdP, err = startEtcd(ctx, cfg, dir); err != nil {
 		b.close()
 		return nil, err
 	}
-	eps := strings.Join(b.etcdE.Endpoints(), ",")
+	eps := strings.Join(b.etcdP.endpoints(), ",")
 	for i, role := range []string{cmdBaselinePrimary, cmdBaselineStandby, cmdBaselineStandby} {
 		a, err := freeport.Addr()
 		if err != nil {
@@ -466,7 +465,10 @@ func retryUntil(ctx context.Context, within time.Duration, fn func(context.Conte
 
 func (b *baseline) name() string              { return b.mode }
 func (b *baseline) client() *transport.Client { return b.cl }
-func (b *baseline) etcd() etcdLoad            { return embeddedEtcdLoad() }
+func (b *baseline) etcd(ctx context.Context) etcdLoad {
+	l, _ := b.etcdP.load(ctx)
+	return l
+}
 
 func (b *baseline) serverProcs(context.Context) ([]*child.Proc, error) {
 	return append([]*child.Proc{b.primary}, b.standbys...), nil
@@ -495,8 +497,8 @@ func (b *baseline) close() {
 		ps = append(ps, b.primary)
 	}
 	child.StopAll(10*time.Second, append(ps, b.standbys...)...)
-	if b.etcdE != nil {
-		_ = b.etcdE.Close()
+	if b.etcdP != nil {
+		b.etcdP.close()
 	}
 	os.RemoveAll(b.dir)
 }

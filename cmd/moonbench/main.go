@@ -31,6 +31,7 @@ type config struct {
 	duration    time.Duration
 	warmup      time.Duration
 	ops         int
+	repeat      int
 	keys        int
 	failover    int
 	baselines   []string
@@ -45,9 +46,12 @@ type config struct {
 
 func main() {
 	var err error
-	if len(os.Args) > 1 && (os.Args[1] == cmdBaselinePrimary || os.Args[1] == cmdBaselineStandby) {
+	switch {
+	case len(os.Args) > 1 && (os.Args[1] == cmdBaselinePrimary || os.Args[1] == cmdBaselineStandby):
 		err = runBaselineProcess(os.Args[1], os.Args[2:])
-	} else {
+	case len(os.Args) > 1 && os.Args[1] == cmdEtcd:
+		err = runEtcdProcess(os.Args[2:])
+	default:
 		err = run(os.Args[1:])
 	}
 	if err != nil {
@@ -69,6 +73,7 @@ func parse(args []string) (config, error) {
 	clients := fs.String("clients", "1,8,64,256", "concurrency sweep: client counts, comma-separated")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per step (after warm-up)")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "time per step before measuring")
+	fs.IntVar(&c.repeat, "repeat", 1, "measure every step this many times, the systems taking turns; the table shows each column's median (odd counts give a measured median)")
 	fs.IntVar(&c.ops, "ops", 0, "measured operations per step instead of --duration (0: use --duration)")
 	fs.IntVar(&c.keys, "keys", 10_000, "keys the get workloads read (written first)")
 	fs.IntVar(&c.failover, "failover", 0, "kill the leader this many times under a steady write load (--local only)")
@@ -132,6 +137,8 @@ func parse(args []string) (config, error) {
 		return c, fmt.Errorf("--failover needs --local (it kills and restarts nodes)")
 	case c.batch < 1:
 		return c, fmt.Errorf("--batch must be positive")
+	case c.repeat < 1:
+		return c, fmt.Errorf("--repeat must be positive")
 	}
 	return c, nil
 }
@@ -184,38 +191,47 @@ func run(args []string) error {
 	defer stop()
 	rep := &report{Machine: machine(), Date: time.Now().UTC().Format(time.RFC3339), Args: strings.Join(args, " ")}
 
-	for i, v := range cfg.variants() {
+	// Every system is up for the whole sweep, so that they can take turns
+	// at each step; the ones not measured are idle meanwhile.
+	var systems []system
+	defer func() {
+		for _, sys := range systems {
+			sys.close()
+		}
+	}()
+	for _, v := range cfg.variants() {
 		sys, err := openMoonraft(ctx, cfg, v)
 		if err != nil {
 			return err
 		}
-		err = sweep(ctx, cfg, sys, rep)
-		if err == nil && cfg.failover > 0 && i == 0 {
-			var f *failoverResult
-			if f, err = measureFailover(ctx, cfg, sys.(*localCluster)); err == nil {
-				rep.Failovers = append(rep.Failovers, *f)
-			}
-		}
-		sys.close()
-		if err != nil {
-			return err
-		}
+		systems = append(systems, sys)
 	}
 	for _, mode := range cfg.baselines {
 		base, err := openBaseline(ctx, cfg, mode)
 		if err != nil {
 			return err
 		}
-		err = sweep(ctx, cfg, base, rep)
-		if err == nil && cfg.failover > 0 {
-			var f *failoverResult
-			if f, err = measureBaselineFailover(ctx, cfg, mode); err == nil {
-				rep.Failovers = append(rep.Failovers, *f)
-			}
+		systems = append(systems, base)
+	}
+	if err := sweep(ctx, cfg, systems, rep); err != nil {
+		return err
+	}
+	if cfg.failover > 0 {
+		// The first cluster, alone: the others would only take CPU.
+		for _, sys := range systems[1:] {
+			sys.close()
 		}
-		base.close()
+		systems = systems[:1]
+		f, err := measureFailover(ctx, cfg, systems[0].(*localCluster))
 		if err != nil {
 			return err
+		}
+		rep.Failovers = append(rep.Failovers, *f)
+		for _, mode := range cfg.baselines {
+			if f, err = measureBaselineFailover(ctx, cfg, mode); err != nil {
+				return err
+			}
+			rep.Failovers = append(rep.Failovers, *f)
 		}
 	}
 	return rep.output(os.Stdout, cfg)

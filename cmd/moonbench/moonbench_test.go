@@ -15,18 +15,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestMain lets the test binary play the baseline's processes, as the
-// moonbench binary does: openBaseline starts cfg.benchBin with their
+// TestMain lets the test binary play the baseline's processes and etcd,
+// as the moonbench binary does: openBaseline starts cfg.benchBin with their
 // commands.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == cmdBaselinePrimary || os.Args[1] == cmdBaselineStandby) {
-		if err := runBaselineProcess(os.Args[1], os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+	var err error
+	switch {
+	case len(os.Args) > 1 && (os.Args[1] == cmdBaselinePrimary || os.Args[1] == cmdBaselineStandby):
+		err = runBaselineProcess(os.Args[1], os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == cmdEtcd:
+		err = runEtcdProcess(os.Args[2:])
+	default:
+		os.Exit(m.Run())
 	}
-	os.Exit(m.Run())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 func TestParse(t *testing.T) {
@@ -47,6 +53,8 @@ func TestParse(t *testing.T) {
 		{[]string{"--endpoints", "a:1", "--baseline", "raw-etcd-watch"}, "--baseline needs --local"},
 		{[]string{"--endpoints", "a:1", "--failover", "3"}, "--failover needs --local"},
 		{[]string{"--local", "--batch", "0"}, "--batch must be positive"},
+		{[]string{"--local", "--repeat", "0"}, "--repeat must be positive"},
+		{[]string{"--local", "--repeat", "3", "--baseline", "raw-etcd-watch"}, ""},
 		{[]string{"--local", "--read-mode", "lease,quorum", "--workload", "exist,batch-exist"}, ""},
 		{[]string{"--local", "--read-mode", "fast"}, "neither lease nor quorum"},
 		{[]string{"--endpoints", "a:1", "--read-mode", "quorum"}, "--read-mode needs --local"},
@@ -86,8 +94,42 @@ func TestQuantileAndRatios(t *testing.T) {
 	}}
 	rs := r.ratios()
 	require.Len(t, rs, 2, "only steps the baseline ran too, for each other system")
-	assert.Equal(t, ratio{"moonraft", "put", 8, 10, 0.5, 0.25, 0}, rs[0], "a zero denominator gives 0, not Inf")
-	assert.Equal(t, ratio{"moonraft-quorum", "put", 8, 5, 2, 0.5, 0}, rs[1])
+	assert.Equal(t, ratio{"moonraft", "put", 8, 10, 0.5, 0.25, 0, []float64{10}}, rs[0], "a zero denominator gives 0, not Inf")
+	assert.Equal(t, ratio{"moonraft-quorum", "put", 8, 5, 2, 0.5, 0, []float64{5}}, rs[1])
+}
+
+// TestRepeatedSteps: with --repeat, a row is each column's median over the
+// rounds (errors added up), and the ratio is of the medians, with each
+// round's own ratio beside it.
+func TestRepeatedSteps(t *testing.T) {
+	r := &report{Steps: []stepResult{
+		{System: "moonraft", Workload: "put", Clients: 64, Round: 1, OpsPerSec: 3000, P99Ms: 40, CPUMicrosPerOp: []float64{200, 70}},
+		{System: baselineSync, Workload: "put", Clients: 64, Round: 1, OpsPerSec: 3000, P99Ms: 30},
+		{System: "moonraft", Workload: "put", Clients: 64, Round: 2, OpsPerSec: 5000, P99Ms: 20, Errors: 2, FirstError: "x", CPUMicrosPerOp: []float64{150, 50}},
+		{System: baselineSync, Workload: "put", Clients: 64, Round: 2, OpsPerSec: 4000, P99Ms: 25},
+		{System: "moonraft", Workload: "put", Clients: 64, Round: 3, OpsPerSec: 4400, P99Ms: 30, Errors: 1, CPUMicrosPerOp: []float64{160, 60}},
+		{System: baselineSync, Workload: "put", Clients: 64, Round: 3, OpsPerSec: 5000, P99Ms: 20},
+	}}
+	rows := r.summary()
+	require.Len(t, rows, 2)
+	m := rows[0]
+	assert.Equal(t, "moonraft", m.System, "systems in the order they ran")
+	assert.Equal(t, 4400.0, m.OpsPerSec)
+	assert.Equal(t, 30.0, m.P99Ms)
+	assert.Equal(t, int64(3), m.Errors)
+	assert.Equal(t, "x", m.FirstError)
+	assert.Equal(t, []float64{160, 60}, m.CPUMicrosPerOp)
+	assert.Equal(t, []float64{3000, 5000, 4400}, m.runs)
+	rs := r.ratios()
+	require.Len(t, rs, 1)
+	assert.Equal(t, 1.1, rs[0].throughput, "4400 / 4000")
+	assert.Equal(t, []float64{1, 1.25, 0.88}, rs[0].rounds)
+	assert.Equal(t, 2.5, median([]float64{4, 1, 2, 3}))
+
+	var out bytes.Buffer
+	require.NoError(t, r.output(&out, config{}))
+	assert.Contains(t, out.String(), "3000 / 5000 / 4400")
+	assert.Contains(t, out.String(), "1.00 / 1.25 / 0.88")
 }
 
 func TestFailoverGaps(t *testing.T) {
@@ -127,43 +169,46 @@ func TestOutput(t *testing.T) {
 	assert.Contains(t, string(js), `"ops_per_sec": 700`)
 }
 
-// TestBaselineSweep runs each baseline for real (embedded etcd, primary,
-// two standbys) through a short put step: the workload runs, etcd is
-// written once per operation (sync) or in batches (async), and the
-// standbys follow.
+// TestBaselineSweep runs both baselines for real (an etcd, a primary and
+// two standbys each, all up at once) through a short put step, taking turns
+// for two rounds: the workload runs, each system's etcd (its counters read
+// from its own process) is written once per operation (sync) or in batches
+// (async), and the standbys follow.
 func TestBaselineSweep(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts an embedded etcd")
+		t.Skip("starts etcd")
 	}
-	for _, tc := range []struct {
-		mode             string
-		txnsMin, txnsMax float64 // etcd transactions per 1,000 ops
-	}{
-		{baselineSync, 850, 1150},
-		{baselineAsync, 1, 700},
-	} {
-		t.Run(tc.mode, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			b, err := openBaseline(ctx, testConfig(t), tc.mode)
-			require.NoError(t, err)
-			defer b.close()
-			rep := &report{}
-			require.NoError(t, sweep(ctx, testConfig(t), b, rep))
-			require.Len(t, rep.Steps, 1)
-			s := rep.Steps[0]
-			assert.Positive(t, s.Ops)
-			assert.Zero(t, s.Errors, s.FirstError)
-			assert.GreaterOrEqual(t, s.EtcdTxnsPer1kOps, tc.txnsMin)
-			assert.LessOrEqual(t, s.EtcdTxnsPer1kOps, tc.txnsMax)
-			leader, standbys, err := b.positions(ctx)
-			require.NoError(t, err)
-			require.Len(t, standbys, 2)
-			require.Eventually(t, func() bool {
-				leader, standbys, _ = b.positions(ctx)
-				return standbys[0] == leader && standbys[1] == leader
-			}, 10*time.Second, 10*time.Millisecond, "standbys reach the primary's seq")
-		})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := testConfig(t)
+	cfg.repeat = 2
+	txns := map[string][2]float64{ // etcd transactions per 1,000 ops
+		baselineSync:  {850, 1150},
+		baselineAsync: {1, 700},
+	}
+	var systems []system
+	for _, mode := range []string{baselineSync, baselineAsync} {
+		b, err := openBaseline(ctx, cfg, mode)
+		require.NoError(t, err)
+		defer b.close()
+		systems = append(systems, b)
+	}
+	rep := &report{}
+	require.NoError(t, sweep(ctx, cfg, systems, rep))
+	var order []string
+	for _, s := range rep.Steps {
+		order = append(order, fmt.Sprintf("%s/%d", s.System, s.Round))
+		assert.Positive(t, s.Ops)
+		assert.Zero(t, s.Errors, s.FirstError)
+		assert.GreaterOrEqual(t, s.EtcdTxnsPer1kOps, txns[s.System][0], s.System)
+		assert.LessOrEqual(t, s.EtcdTxnsPer1kOps, txns[s.System][1], s.System)
+	}
+	assert.Equal(t, []string{baselineSync + "/1", baselineAsync + "/1", baselineSync + "/2", baselineAsync + "/2"}, order, "the systems take turns")
+	for _, sys := range systems {
+		require.Eventually(t, func() bool {
+			leader, standbys, err := sys.positions(ctx)
+			return err == nil && len(standbys) == 2 && standbys[0] == leader && standbys[1] == leader
+		}, 10*time.Second, 10*time.Millisecond, "%s: standbys reach the primary's seq", sys.name())
 	}
 }
 
@@ -193,7 +238,7 @@ func TestBaselineFailover(t *testing.T) {
 func testConfig(t *testing.T) config {
 	self, err := os.Executable()
 	require.NoError(t, err)
-	return config{workloads: []string{"put"}, clients: []int{4}, duration: time.Second, warmup: 200 * time.Millisecond, batch: 8, keys: 10, benchBin: self}
+	return config{workloads: []string{"put"}, clients: []int{4}, duration: time.Second, warmup: 200 * time.Millisecond, batch: 8, keys: 10, repeat: 1, benchBin: self}
 }
 
 // A baseline's failovers run one per fresh baseline into one result: the

@@ -40,9 +40,19 @@ func machine() string {
 
 func (r *report) output(w io.Writer, cfg config) error {
 	fmt.Fprintf(w, "moonbench %s\nmachine: %s\ndate: %s\n\n", r.Args, r.Machine, r.Date)
+	rows := r.summary()
+	repeated := slices.ContainsFunc(rows, func(x row) bool { return len(x.runs) > 1 })
+	if repeated {
+		fmt.Fprintln(w, "each column: the median of the rounds (errors: their sum)")
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tworkload\tclients\tops/s\tp50 ms\tp99 ms\tp99.9 ms\terrors\tetcd txn/s\tetcd txn/1k ops\tetcd KB/1k ops\tstandby lag p50 ms\tstandby lag p99 ms\tops per leader CPU s\tCPU µs/op serving/others\t")
-	for _, s := range r.Steps {
+	header := "system\tworkload\tclients\tops/s\tp50 ms\tp99 ms\tp99.9 ms\terrors\tetcd txn/s\tetcd txn/1k ops\tetcd KB/1k ops\tstandby lag p50 ms\tstandby lag p99 ms\tops per leader CPU s\tCPU µs/op serving/others\t"
+	if repeated {
+		header += "ops/s each round\t"
+	}
+	fmt.Fprintln(tw, header)
+	for _, x := range rows {
+		s := x.stepResult
 		perCPU, perOp := "-", "-"
 		if s.OpsPerLeaderCPUSec > 0 {
 			perCPU = fmt.Sprintf("%.0f", s.OpsPerLeaderCPUSec)
@@ -54,8 +64,12 @@ func (r *report) output(w io.Writer, cfg config) error {
 			}
 			perOp = strings.Join(us, "/")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%.0f\t%.1f\t%.0f\t%.1f\t%.1f\t%s\t%s\t\n", s.System, s.Workload, s.Clients, s.OpsPerSec,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%.0f\t%.1f\t%.0f\t%.1f\t%.1f\t%s\t%s\t", s.System, s.Workload, s.Clients, s.OpsPerSec,
 			s.P50Ms, s.P99Ms, s.P999Ms, s.Errors, s.EtcdTxnsPerSec, s.EtcdTxnsPer1kOps, s.EtcdBytesPer1kOps/1000, s.LagP50Ms, s.LagP99Ms, perCPU, perOp)
+		if repeated {
+			fmt.Fprintf(tw, "%s\t", joinf(x.runs, "%.0f"))
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -68,9 +82,17 @@ func (r *report) output(w io.Writer, cfg config) error {
 	if ratios := r.ratios(); len(ratios) > 0 {
 		fmt.Fprintln(w, "\nagainst "+baselineSync)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "system\tworkload\tclients\tthroughput ×\tp50 latency ×\tp99 latency ×\tstandby lag p99 ×\t")
+		header := "system\tworkload\tclients\tthroughput ×\tp50 latency ×\tp99 latency ×\tstandby lag p99 ×\t"
+		if repeated {
+			header += "throughput × each round\t"
+		}
+		fmt.Fprintln(tw, header)
 		for _, x := range ratios {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t\n", x.system, x.workload, x.clients, x.throughput, x.p50, x.p99, x.lag)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t", x.system, x.workload, x.clients, x.throughput, x.p50, x.p99, x.lag)
+			if repeated {
+				fmt.Fprintf(tw, "%s\t", joinf(x.rounds, "%.2f"))
+			}
+			fmt.Fprintln(tw)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -102,26 +124,148 @@ func (r *report) output(w io.Writer, cfg config) error {
 	return nil
 }
 
+// row is one line of the table: a system's step, with --repeat the
+// median of its rounds, and each round's throughput.
+type row struct {
+	stepResult
+	runs []float64
+}
+
+// summary groups the steps by system, workload and client count (systems
+// in the order they first ran, steps in sweep order) and gives each group's
+// median of every column; errors add up, the first error stays.
+func (r *report) summary() []row {
+	type key struct {
+		system, workload string
+		clients          int
+	}
+	var keys []key
+	groups := map[key][]stepResult{}
+	for _, s := range r.Steps {
+		k := key{s.System, s.Workload, s.Clients}
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], s)
+	}
+	var systems []string
+	for _, k := range keys {
+		if !slices.Contains(systems, k.system) {
+			systems = append(systems, k.system)
+		}
+	}
+	slices.SortStableFunc(keys, func(a, b key) int { return slices.Index(systems, a.system) - slices.Index(systems, b.system) })
+	out := make([]row, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, medianRow(groups[k]))
+	}
+	return out
+}
+
+func medianRow(g []stepResult) row {
+	m := func(f func(stepResult) float64) float64 {
+		vs := make([]float64, len(g))
+		for i, s := range g {
+			vs[i] = f(s)
+		}
+		return median(vs)
+	}
+	x := row{stepResult: stepResult{System: g[0].System, Workload: g[0].Workload, Clients: g[0].Clients}}
+	for _, s := range g {
+		x.runs = append(x.runs, s.OpsPerSec)
+		x.Ops += s.Ops
+		x.Seconds += s.Seconds
+		x.Errors += s.Errors
+		x.LagSamples += s.LagSamples
+		if x.FirstError == "" {
+			x.FirstError = s.FirstError
+		}
+	}
+	x.OpsPerSec = m(func(s stepResult) float64 { return s.OpsPerSec })
+	x.P50Ms = m(func(s stepResult) float64 { return s.P50Ms })
+	x.P99Ms = m(func(s stepResult) float64 { return s.P99Ms })
+	x.P999Ms = m(func(s stepResult) float64 { return s.P999Ms })
+	x.EtcdTxnsPerSec = m(func(s stepResult) float64 { return s.EtcdTxnsPerSec })
+	x.EtcdTxnsPer1kOps = m(func(s stepResult) float64 { return s.EtcdTxnsPer1kOps })
+	x.EtcdBytesPer1kOps = m(func(s stepResult) float64 { return s.EtcdBytesPer1kOps })
+	x.LagP50Ms = m(func(s stepResult) float64 { return s.LagP50Ms })
+	x.LagP99Ms = m(func(s stepResult) float64 { return s.LagP99Ms })
+	x.LeaderCPUSeconds = m(func(s stepResult) float64 { return s.LeaderCPUSeconds })
+	x.OpsPerLeaderCPUSec = m(func(s stepResult) float64 { return s.OpsPerLeaderCPUSec })
+	for i := range g[0].CPUMicrosPerOp {
+		x.CPUMicrosPerOp = append(x.CPUMicrosPerOp, m(func(s stepResult) float64 {
+			if i < len(s.CPUMicrosPerOp) {
+				return s.CPUMicrosPerOp[i]
+			}
+			return 0
+		}))
+	}
+	return x
+}
+
+// median of vs (the mean of the middle two for an even count).
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	vs = slices.Clone(vs)
+	slices.Sort(vs)
+	n := len(vs)
+	if n%2 == 1 {
+		return vs[n/2]
+	}
+	return (vs[n/2-1] + vs[n/2]) / 2
+}
+
+func joinf(vs []float64, format string) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = fmt.Sprintf(format, v)
+	}
+	return strings.Join(parts, " / ")
+}
+
 type ratio struct {
 	system, workload          string
 	clients                   int
 	throughput, p50, p99, lag float64
+	rounds                    []float64 // throughput × of each round against the same round's baseline
 }
 
+// ratios compares every other system's rows with the baseline's: medians
+// with medians, and round with round.
 func (r *report) ratios() []ratio {
-	base := map[string]stepResult{}
+	type key struct {
+		workload       string
+		clients, round int
+	}
+	base := map[key]stepResult{}
 	for _, s := range r.Steps {
 		if s.System == baselineSync {
-			base[fmt.Sprint(s.Workload, s.Clients)] = s
+			base[key{s.Workload, s.Clients, s.Round}] = s
+		}
+	}
+	baseRows := map[key]row{}
+	rows := r.summary()
+	for _, x := range rows {
+		if x.System == baselineSync {
+			baseRows[key{x.Workload, x.Clients, 0}] = x
 		}
 	}
 	var out []ratio
-	for _, s := range r.Steps {
-		b, ok := base[fmt.Sprint(s.Workload, s.Clients)]
-		if s.System == baselineSync || !ok {
+	for _, x := range rows {
+		b, ok := baseRows[key{x.Workload, x.Clients, 0}]
+		if x.System == baselineSync || !ok {
 			continue
 		}
-		out = append(out, ratio{s.System, s.Workload, s.Clients, div(s.OpsPerSec, b.OpsPerSec), div(s.P50Ms, b.P50Ms), div(s.P99Ms, b.P99Ms), div(s.LagP99Ms, b.LagP99Ms)})
+		rt := ratio{system: x.System, workload: x.Workload, clients: x.Clients, throughput: div(x.OpsPerSec, b.OpsPerSec),
+			p50: div(x.P50Ms, b.P50Ms), p99: div(x.P99Ms, b.P99Ms), lag: div(x.LagP99Ms, b.LagP99Ms)}
+		for _, s := range r.Steps {
+			if bs, ok := base[key{s.Workload, s.Clients, s.Round}]; ok && s.System == x.System && s.Workload == x.Workload && s.Clients == x.Clients {
+				rt.rounds = append(rt.rounds, div(s.OpsPerSec, bs.OpsPerSec))
+			}
+		}
+		out = append(out, rt)
 	}
 	return out
 }
@@ -139,7 +283,8 @@ func div(a, b float64) float64 {
 func (r *report) plot(path string) error {
 	var workloads, systems []string
 	series := map[[2]string]plotter.XYs{}
-	for _, s := range r.Steps {
+	for _, x := range r.summary() {
+		s := x.stepResult
 		if s.OpsPerSec == 0 || s.P99Ms == 0 {
 			continue
 		}

@@ -13,12 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/child"
 	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/transport"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // system is what a sweep runs against: moonraft, or the baseline.
@@ -32,7 +30,7 @@ type system interface {
 	// written to etcd (0 for a system that writes before it answers).
 	exportBacklog(ctx context.Context) (uint64, error)
 	// etcd is this system's etcd load so far (zero when unknown).
-	etcd() etcdLoad
+	etcd(ctx context.Context) etcdLoad
 	// serverProcs are the system's processes, the one serving clients
 	// first, when this run started them (none otherwise).
 	serverProcs(ctx context.Context) ([]*child.Proc, error)
@@ -46,45 +44,16 @@ type etcdLoad struct {
 	known       bool
 }
 
-// embeddedEtcdLoad reads the embedded etcd's own counters: it registers
-// them in the process's default Prometheus registry. Only one embedded etcd
-// runs at a time, so the totals are its own.
-func embeddedEtcdLoad() etcdLoad {
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		return etcdLoad{}
-	}
-	var l etcdLoad
-	for _, mf := range mfs {
-		var v float64
-		for _, m := range mf.GetMetric() {
-			switch {
-			case m.GetCounter() != nil:
-				v += m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				v += m.GetGauge().GetValue()
-			}
-		}
-		switch mf.GetName() {
-		case "etcd_server_proposals_committed_total":
-			l.txns, l.known = v, true
-		case "etcd_network_client_grpc_received_bytes_total":
-			l.bytes = v
-		}
-	}
-	return l
-}
-
 // remoteCluster is a running cluster given by --endpoints.
 type remoteCluster struct {
 	cl        *transport.Client
 	endpoints []string
 }
 
-func (r *remoteCluster) name() string              { return "moonraft" }
-func (r *remoteCluster) client() *transport.Client { return r.cl }
-func (r *remoteCluster) etcd() etcdLoad            { return etcdLoad{} }
-func (r *remoteCluster) close()                    { r.cl.Close() }
+func (r *remoteCluster) name() string                  { return "moonraft" }
+func (r *remoteCluster) client() *transport.Client     { return r.cl }
+func (r *remoteCluster) etcd(context.Context) etcdLoad { return etcdLoad{} }
+func (r *remoteCluster) close()                        { r.cl.Close() }
 
 func (r *remoteCluster) serverProcs(context.Context) ([]*child.Proc, error) { return nil, nil }
 
@@ -151,7 +120,7 @@ func openMoonraft(ctx context.Context, cfg config, v variant) (system, error) {
 type localCluster struct {
 	dir   string
 	v     variant
-	etcdE *etcdbridge.Embedded
+	etcdP *etcdProc
 	procs []*proc
 	cl    *transport.Client
 }
@@ -172,7 +141,7 @@ func startLocal(ctx context.Context, cfg config, v variant) (*localCluster, erro
 	}
 	lc := &localCluster{dir: dir, v: v}
 	progressf("starting embedded etcd and three moonraft nodes (%s) in %s", lc.name(), dir)
-	if lc.etcdE, err = etcdbridge.StartEmbedded(filepath.Join(dir, "etcd"), "", ""); err != nil {
+	if lc.etcdP, err = startEtcd(ctx, cfg, dir); err != nil {
 		lc.close()
 		return nil, err
 	}
@@ -202,7 +171,7 @@ func startLocal(ctx context.Context, cfg config, v variant) (*localCluster, erro
 		// The default Raft timeouts and read mode: what users run.
 		p.Args = []string{"--id", p.id, "--data-dir", filepath.Join(dir, p.id), "--raft-addr", raftAddrs[p.id], "--grpc-addr", p.grpc,
 			"--bootstrap", "--peers", strings.Join(peers, ","),
-			"--etcd-endpoints", strings.Join(lc.etcdE.Endpoints(), ","), "--log-level", "warn"}
+			"--etcd-endpoints", strings.Join(lc.etcdP.endpoints(), ","), "--log-level", "warn"}
 		if v.readMode != "" {
 			p.Args = append(p.Args, "--read-mode", v.readMode)
 		}
@@ -295,7 +264,10 @@ func (lc *localCluster) name() string {
 }
 
 func (lc *localCluster) client() *transport.Client { return lc.cl }
-func (lc *localCluster) etcd() etcdLoad            { return embeddedEtcdLoad() }
+func (lc *localCluster) etcd(ctx context.Context) etcdLoad {
+	l, _ := lc.etcdP.load(ctx)
+	return l
+}
 
 func (lc *localCluster) serverProcs(ctx context.Context) ([]*child.Proc, error) {
 	l, err := lc.leader(ctx)
@@ -336,8 +308,8 @@ func (lc *localCluster) close() {
 		ps = append(ps, &p.Proc)
 	}
 	child.StopAll(10*time.Second, ps...)
-	if lc.etcdE != nil {
-		_ = lc.etcdE.Close()
+	if lc.etcdP != nil {
+		lc.etcdP.close()
 	}
 	os.RemoveAll(lc.dir)
 }

@@ -207,6 +207,7 @@ type stepResult struct {
 	System            string  `json:"system"`
 	Workload          string  `json:"workload"`
 	Clients           int     `json:"clients"`
+	Round             int     `json:"round,omitempty"` // with --repeat: 1, 2, …
 	Ops               int64   `json:"ops"`
 	Seconds           float64 `json:"seconds"`
 	OpsPerSec         float64 `json:"ops_per_sec"`
@@ -231,37 +232,57 @@ type stepResult struct {
 	CPUMicrosPerOp []float64 `json:"cpu_us_per_op,omitempty"`
 }
 
-// sweep runs every workload at every client count against sys.
-func sweep(ctx context.Context, cfg config, sys system, rep *report) error {
-	b := &bench{cfg: cfg, cl: sys.client(), nonce: fmt.Sprintf("bench-%d", time.Now().UnixNano())}
-	var err error
-	if b.segs, err = mountFor(ctx, b.cl, benchClient); err != nil {
-		return fmt.Errorf("%s: mount: %w", sys.name(), err)
+// sweep runs every workload at every client count against every system,
+// the systems taking turns at each step, cfg.repeat rounds of turns: what
+// two systems are compared on was measured moments apart, on a machine
+// whose speed drifts over minutes.
+func sweep(ctx context.Context, cfg config, systems []system, rep *report) error {
+	benches := make([]*bench, len(systems))
+	for i, sys := range systems {
+		b := &bench{cfg: cfg, cl: sys.client(), nonce: fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i)}
+		var err error
+		if b.segs, err = mountFor(ctx, b.cl, benchClient); err != nil {
+			return fmt.Errorf("%s: mount: %w", sys.name(), err)
+		}
+		kctx, kcancel := context.WithCancel(ctx)
+		keeper := b.cl.KeepAlive(kctx, benchClient, b.segs, 0)
+		defer func() { kcancel(); keeper.Stop() }()
+		benches[i] = b
 	}
-	kctx, kcancel := context.WithCancel(ctx)
-	keeper := b.cl.KeepAlive(kctx, benchClient, b.segs, 0)
-	defer func() { kcancel(); keeper.Stop() }()
-	total := len(cfg.workloads) * len(cfg.clients)
+	total := len(cfg.workloads) * len(cfg.clients) * cfg.repeat * len(systems)
 	n := 0
 	for _, name := range cfg.workloads {
 		w := workloadByName[name]
-		if w.prepare != nil {
-			progressf("%s: preparing %s", sys.name(), name)
-			if err := w.prepare(ctx, b); err != nil {
-				return fmt.Errorf("%s %s: prepare: %w", sys.name(), name, err)
+		for i, sys := range systems {
+			if w.prepare != nil {
+				progressf("%s: preparing %s", sys.name(), name)
+				if err := w.prepare(ctx, benches[i]); err != nil {
+					return fmt.Errorf("%s %s: prepare: %w", sys.name(), name, err)
+				}
 			}
 		}
 		for _, clients := range cfg.clients {
-			n++
-			res, err := runStep(ctx, b, sys, name, w, clients, fmt.Sprintf("[%d/%d] %s %s clients=%d", n, total, sys.name(), name, clients))
-			if err != nil {
-				return err
+			for round := 1; round <= cfg.repeat; round++ {
+				for i, sys := range systems {
+					n++
+					label := fmt.Sprintf("[%d/%d] %s %s clients=%d", n, total, sys.name(), name, clients)
+					if cfg.repeat > 1 {
+						label += fmt.Sprintf(" round %d/%d", round, cfg.repeat)
+					}
+					res, err := runStep(ctx, benches[i], systems, sys, name, w, clients, label)
+					if err != nil {
+						return err
+					}
+					res.Round = round
+					rep.Steps = append(rep.Steps, res)
+				}
 			}
-			rep.Steps = append(rep.Steps, res)
 		}
-		if w.done != nil {
-			if err := w.done(ctx, b); err != nil {
-				return fmt.Errorf("%s %s: %w", sys.name(), name, err)
+		for i, sys := range systems {
+			if w.done != nil {
+				if err := w.done(ctx, benches[i]); err != nil {
+					return fmt.Errorf("%s %s: %w", sys.name(), name, err)
+				}
 			}
 		}
 	}
@@ -273,11 +294,22 @@ func sweep(ctx context.Context, cfg config, sys system, rep *report) error {
 // to finish.
 const settleQuiet = 2 * time.Second
 
-// settle waits until sys has finished the work the previous step left
-// behind — OpLog entries not yet in etcd, standbys behind the leader — so
-// that a step measures its own load, not its predecessor's (up to a
-// minute; the step then goes on, and the progress line says so).
-func settle(ctx context.Context, sys system, label string) {
+// settle waits until every system has finished the work the previous
+// steps left behind — OpLog entries not yet in etcd, standbys behind the
+// leader — so that a step measures its own load, not its predecessors'
+// (up to a minute each; the step then goes on, and the progress line says
+// so).
+func settle(ctx context.Context, systems []system, label string) {
+	for _, sys := range systems {
+		drain(ctx, sys, label)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(settleQuiet):
+	}
+}
+
+func drain(ctx context.Context, sys system, label string) {
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var (
@@ -306,21 +338,18 @@ func settle(ctx context.Context, sys system, label string) {
 		}
 		select {
 		case <-sctx.Done():
-			progressf("%s: the previous step's backlog did not drain within a minute; measuring anyway", label)
+			progressf("%s: %s's backlog from the previous step did not drain within a minute; measuring anyway", label, sys.name())
 			return
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	select {
-	case <-ctx.Done():
-	case <-time.After(settleQuiet):
-	}
 }
 
-func runStep(ctx context.Context, b *bench, sys system, name string, w workload, clients int, label string) (stepResult, error) {
+// runStep measures one step of sys once all systems have settled.
+func runStep(ctx context.Context, b *bench, systems []system, sys system, name string, w workload, clients int, label string) (stepResult, error) {
 	res := stepResult{System: sys.name(), Workload: name, Clients: clients}
 	progressLive("%s: settling", label)
-	settle(ctx, sys, label)
+	settle(ctx, systems, label)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -367,7 +396,7 @@ func runStep(ctx context.Context, b *bench, sys system, name string, w workload,
 	case <-ctx.Done():
 	case <-time.After(b.cfg.warmup):
 	}
-	etcd0 := sys.etcd()
+	etcd0 := sys.etcd(ctx)
 	lagDone := make(chan lagStats, 1)
 	lctx, lcancel := context.WithCancel(sctx)
 	go func() { lagDone <- sampleLag(lctx, sys) }()
@@ -397,7 +426,7 @@ func runStep(ctx context.Context, b *bench, sys system, name string, w workload,
 	measuring.Store(false)
 	elapsed := time.Since(start)
 	cpuUsed, cpuKnown := cpu()
-	etcd1 := sys.etcd()
+	etcd1 := sys.etcd(ctx)
 	lcancel()
 	cancel()
 	wg.Wait()

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/internal/child"
+)
+
+// cmdEtcd is the command under which this binary runs a system's etcd.
+const cmdEtcd = "etcd"
+
+// runEtcdProcess serves an embedded etcd (etcdbridge's, as moonraft's own
+// `moonraft etcd`) until signalled.
+func runEtcdProcess(args []string) error {
+	fs := flag.NewFlagSet("moonbench "+cmdEtcd, flag.ContinueOnError)
+	dir := fs.String("data-dir", "", "etcd data directory")
+	clientURL := fs.String("listen-client", "", "client URL")
+	peerURL := fs.String("listen-peer", "", "peer URL")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	e, err := etcdbridge.StartEmbedded(*dir, *clientURL, *peerURL)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-e.Err():
+		return err
+	}
+}
+
+// etcdProc is a system's own etcd, in a process of its own: its /metrics
+// count only that system's load while the other systems of the run stay up
+// beside it (embedded etcds in one process would share one set of
+// counters).
+type etcdProc struct {
+	child.Proc
+	url  string
+	http *http.Client
+}
+
+// startEtcd starts an etcd with its data under dir and waits until it
+// answers.
+func startEtcd(ctx context.Context, cfg config, dir string) (*etcdProc, error) {
+	clientURL, err := etcdbridge.FreeLocalURL()
+	if err != nil {
+		return nil, err
+	}
+	peerURL, err := etcdbridge.FreeLocalURL()
+	if err != nil {
+		return nil, err
+	}
+	e := &etcdProc{url: clientURL, http: &http.Client{Timeout: 5 * time.Second},
+		Proc: child.Proc{Bin: cfg.benchBin, Args: []string{cmdEtcd, "--data-dir", filepath.Join(dir, "etcd"), "--listen-client", clientURL, "--listen-peer", peerURL}}}
+	if cfg.verbose {
+		e.Output = os.Stderr
+	}
+	if err := e.Start(); err != nil {
+		return nil, err
+	}
+	if err := retryUntil(ctx, etcdbridge.EmbeddedReadyTimeout, func(ctx context.Context) error { _, err := e.load(ctx); return err }); err != nil {
+		e.close()
+		return nil, fmt.Errorf("etcd at %s: %w", clientURL, err)
+	}
+	return e, nil
+}
+
+func (e *etcdProc) endpoints() []string { return []string{e.url} }
+
+// load reads the etcd's counters: committed proposals (one per write
+// transaction or lease grant) and bytes received from clients.
+func (e *etcdProc) load(ctx context.Context) (etcdLoad, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/metrics", nil)
+	if err != nil {
+		return etcdLoad{}, err
+	}
+	resp, err := e.http.Do(req)
+	if err != nil {
+		return etcdLoad{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return etcdLoad{}, fmt.Errorf("GET %s/metrics: %s", e.url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return etcdLoad{}, fmt.Errorf("GET %s/metrics: %w", e.url, err)
+	}
+	var l etcdLoad
+	sum := func(name string) (float64, bool) {
+		mf, ok := families[name]
+		var v float64
+		for _, m := range mf.GetMetric() {
+			v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+		return v, ok
+	}
+	if l.txns, l.known = sum("etcd_server_proposals_committed_total"); !l.known {
+		return l, fmt.Errorf("GET %s/metrics: no etcd_server_proposals_committed_total", e.url)
+	}
+	l.bytes, _ = sum("etcd_network_client_grpc_received_bytes_total")
+	return l, nil
+}
+
+func (e *etcdProc) close() { child.StopAll(10*time.Second, &e.Proc) }
