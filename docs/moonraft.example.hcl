@@ -89,5 +89,6 @@ read-mode          = "lease"
 read-lease         = "0s"
 snapshot-interval  = "30s"
 snapshot-threshold = 16384
+raft-wal-segment-mb = 64              # raft-wal segment files, preallocated (docs/OPERATIONS.md)
 
 log-level = "info"

@@ -117,6 +117,9 @@ type Config struct {
 	// default); an existing one keeps its own, and a different explicit
 	// choice is refused.
 	RaftLogStore LogStore
+	// WALSegmentBytes sizes the raft-wal segments created from now on (0:
+	// raft-wal's default, 64 MiB).
+	WALSegmentBytes int
 
 	SnapshotInterval  time.Duration
 	SnapshotThreshold uint64

@@ -1,10 +1,13 @@
 package node
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/fsm"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -135,4 +139,125 @@ func TestDiskHealth(t *testing.T) {
 	d.observe(diskSnapshot, nil)
 	assert.Empty(t, d.String())
 	assert.Equal(t, 1.0, testutil.ToFloat64(d.errs.WithLabelValues(diskLogAppend)))
+}
+
+// TestWALRotationOnFullDisk: the disk fills just before raft-wal rotates to
+// its next segment (finding 15 of docs/RELIABILITY.md). Appends fail while
+// it is full and succeed once space is back, every entry readable, without
+// a restart: raft-wal alone would answer "segment is sealed" to every
+// append until the process restarts.
+func TestWALRotationOnFullDisk(t *testing.T) {
+	dir := tmpfsDir(t, 8)
+	s, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger(), 1<<20)
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	filler := fill(t, dir)
+	st, err := os.Stat(filler)
+	require.NoError(t, err)
+	// Room for the meta database's commit of the rotation, not for the
+	// next 1 MiB segment.
+	require.NoError(t, os.Truncate(filler, st.Size()-64<<10))
+
+	data := bytes.Repeat([]byte{'x'}, 1024)
+	entry := func(i uint64) *raft.Log { return &raft.Log{Index: i, Term: 1, Data: append([]byte(fmt.Sprint(i, ":")), data...)} }
+	var last uint64
+	for ; last < 4096; last++ {
+		if err = s.StoreLogs([]*raft.Log{entry(last + 1)}); err != nil {
+			break
+		}
+	}
+	require.Error(t, err, "the first segment filled and the next could not be created")
+	require.Greater(t, last, uint64(500), "the first segment took entries until it was full: %v", err)
+	require.Error(t, s.StoreLogs([]*raft.Log{entry(last + 1)}), "still full")
+
+	require.NoError(t, os.Remove(filler))
+	for i := 1; i <= 10; i++ {
+		require.NoError(t, s.StoreLogs([]*raft.Log{entry(last + 1)}), "space is back")
+		last++
+	}
+	check := func(s raftStore) {
+		t.Helper()
+		got, err := s.LastIndex()
+		require.NoError(t, err)
+		require.Equal(t, last, got)
+		for i := uint64(1); i <= last; i++ {
+			var l raft.Log
+			require.NoError(t, s.GetLog(i, &l))
+			require.Equal(t, entry(i).Data, l.Data, "entry %d", i)
+		}
+	}
+	check(s)
+	require.NoError(t, s.Close())
+	s, err = openLogStore(dir, LogStoreWAL, hclog.NewNullLogger(), 1<<20)
+	require.NoError(t, err)
+	check(s)
+}
+
+// TestFollowerDiskFullAtWALRotation: a follower's disk fills while its
+// raft-wal segment (1 MiB here) has room left; the leader goes on
+// committing on the other two, eight writers at a time, until the
+// follower's segment is full and the next cannot be created. Its appends
+// fail and say so in Status; once space is back it catches up by itself,
+// with no restart (finding 15). The concurrent writers keep the leader's
+// pipeline to the follower busy when its appends start failing, which is
+// when hashicorp/raft's pipeline could stop replicating to it for good
+// (finding 16).
+func TestFollowerDiskFullAtWALRotation(t *testing.T) {
+	c := newCluster(t, 3, time.Hour, func(cfg *Config) {
+		cfg.RaftLogStore = LogStoreWAL
+		cfg.WALSegmentBytes = 1 << 20
+		cfg.DataDir = filepath.Join(tmpfsDir(t, 16), "data")
+	})
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	v := (l + 1) % 3
+	filler := fill(t, filepath.Dir(c.cfgs[v].DataDir))
+	st, err := os.Stat(filler)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(filler, st.Size()-64<<10), "room for raft-wal's meta database, not for a segment")
+
+	// 3 KiB keys: each put pair adds over 6 KiB to the log, so 480 of them
+	// fill the follower's segment whatever was in it.
+	long := strings.Repeat("k", 3<<10)
+	const writers, each = 8, 60
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				key, now := fmt.Sprint(long, w, "/", i), time.Now().UnixMilli()
+				for _, cmd := range []fsm.Command{
+					&fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{1024}, ReplicaNum: 2, ClientID: "c1"},
+					&fsm.PutEnd{NowMs: now, Key: key, ClientID: "c1"},
+				} {
+					r, err := c.nodes[l].Propose(ctx(t), cmd)
+					if err == nil {
+						err = r.Err
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		return strings.Contains(c.nodes[v].Status().DiskError, diskLogAppend+": ")
+	}, 10*time.Second, 50*time.Millisecond, "the follower reports its failing appends")
+
+	require.NoError(t, os.Remove(filler))
+	put(t, c.nodes[l], "after")
+	// The leader retried the refused appends with a backoff that grows to
+	// about 10 s (hashicorp/raft's), so the follower may wait that long.
+	c.convergedWithin(30 * time.Second)
+	assert.Equal(t, writers*each+1, int(c.nodes[v].Status().Objects), "every acknowledged write, on the node that was full")
+	assert.Empty(t, c.nodes[v].Status().DiskError, "cleared once appends succeed again")
 }

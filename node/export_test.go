@@ -69,7 +69,7 @@ func withEtcd(e etcdbridge.Config) func(*Config) {
 func replayEntries(t *testing.T, dataDir string) []oplog.Entry {
 	ls, err := DetectLogStore(dataDir)
 	require.NoError(t, err)
-	store, err := openLogStore(dataDir, ls, hclog.NewNullLogger())
+	store, err := openLogStore(dataDir, ls, hclog.NewNullLogger(), 0)
 	require.NoError(t, err)
 	defer store.Close()
 	first, err := store.FirstIndex()

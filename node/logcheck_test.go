@@ -15,7 +15,7 @@ import (
 func TestLogChecksums(t *testing.T) {
 	for _, ls := range []LogStore{LogStoreWAL, LogStoreBoltDB} {
 		t.Run(string(ls), func(t *testing.T) {
-			raw, err := openLogStore(t.TempDir(), ls, hclog.NewNullLogger())
+			raw, err := openLogStore(t.TempDir(), ls, hclog.NewNullLogger(), 0)
 			require.NoError(t, err)
 			defer raw.Close()
 			s := &checksummed{raftStore: raw}

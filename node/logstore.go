@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -106,12 +107,12 @@ func chooseLogStore(dataDir string, want LogStore) (LogStore, error) {
 // openLogStore opens (or creates) the store ls in dataDir, holding the
 // data dir's lock while it is open. Both stores keep fsync on: an entry is
 // acknowledged only once it is on disk.
-func openLogStore(dataDir string, ls LogStore, logger hclog.Logger) (raftStore, error) {
+func openLogStore(dataDir string, ls LogStore, logger hclog.Logger, walSegmentBytes int) (raftStore, error) {
 	lock, err := lockDataDir(dataDir)
 	if err != nil {
 		return nil, err
 	}
-	s, err := openUnlocked(dataDir, ls, logger)
+	s, err := openUnlocked(dataDir, ls, logger, walSegmentBytes)
 	if err != nil {
 		_ = lock.Close()
 		return nil, err
@@ -156,22 +157,111 @@ func (s *lockedStore) Close() error {
 	return err
 }
 
-// walStore closes the WAL's meta database too: WAL.Close (v0.4.0) leaves
-// it open, and a restart in the same process would wait on its lock.
+// walStore is raft-wal with two repairs:
+//   - When a segment rotation fails because the next segment's file cannot
+//     be created (a full disk), raft-wal v0.4.2 has already recorded that
+//     segment in its meta database and goes on appending to the sealed one,
+//     failing every append with ErrSealed until the process restarts;
+//     opening the directory again creates the file. StoreLogs does that on
+//     ErrSealed and retries, so a node whose disk filled exactly at a
+//     rotation catches up by itself once space is back, like any other
+//     (docs/RELIABILITY.md, finding 15).
+//   - The instances of the directory share one meta database (bbolt locks
+//     its file: a second handle in the same process would wait forever),
+//     which only walStore closes.
 type walStore struct {
-	*wal.WAL
+	open func() (*wal.WAL, error)
 	meta *metadb.BoltMetaDB
+
+	mu sync.RWMutex // written only to swap w for a reopened WAL
+	w  *wal.WAL
 }
 
+// openWAL opens raft-wal in dir; segmentBytes sizes new segments (0:
+// raft-wal's default, 64 MiB).
+func openWAL(dir string, logger hclog.Logger, segmentBytes int) (*walStore, error) {
+	meta := &metadb.BoltMetaDB{}
+	if segmentBytes == 0 {
+		segmentBytes = wal.DefaultSegmentSize
+	}
+	s := &walStore{meta: meta, open: func() (*wal.WAL, error) {
+		return wal.Open(dir, wal.WithLogger(logger), wal.WithMetaStore(sharedMeta{meta}), wal.WithSegmentSize(segmentBytes))
+	}}
+	w, err := s.open()
+	if err != nil {
+		_ = meta.Close()
+		return nil, errcode.New(errcode.FileOpenFail, "raft log %s: %v", dir, err)
+	}
+	s.w = w
+	return s, nil
+}
+
+// sharedMeta is the meta database as one raft-wal instance sees it: its
+// Close (WAL.Close calls it) leaves the database open for the others.
+type sharedMeta struct{ *metadb.BoltMetaDB }
+
+func (sharedMeta) Close() error { return nil }
+
+func (s *walStore) current() *wal.WAL {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.w
+}
+
+func (s *walStore) StoreLogs(logs []*raft.Log) error {
+	err := s.current().StoreLogs(logs)
+	if !errors.Is(err, wal.ErrSealed) {
+		return err
+	}
+	if rerr := s.reopen(); rerr != nil {
+		return fmt.Errorf("%w: the next segment could not be created (disk full?), and creating it again failed: %v", err, rerr)
+	}
+	return s.current().StoreLogs(logs)
+}
+
+// reopen replaces the WAL with a fresh instance of the same directory; the
+// old one stays in use if that fails.
+func (s *walStore) reopen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, err := s.open()
+	if err != nil {
+		return err
+	}
+	old := s.w
+	s.w = w
+	// Closing only releases the old instance's file handles and stops its
+	// rotation goroutine: everything it wrote is on disk, and the new
+	// instance read it back.
+	_ = old.Close()
+	return nil
+}
+
+func (s *walStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+func (s *walStore) FirstIndex() (uint64, error) { return s.current().FirstIndex() }
+func (s *walStore) LastIndex() (uint64, error)  { return s.current().LastIndex() }
+func (s *walStore) GetLog(i uint64, l *raft.Log) error {
+	return s.current().GetLog(i, l)
+}
+func (s *walStore) DeleteRange(lo, hi uint64) error { return s.current().DeleteRange(lo, hi) }
+func (s *walStore) Set(k, v []byte) error           { return s.current().Set(k, v) }
+func (s *walStore) Get(k []byte) ([]byte, error)    { return s.current().Get(k) }
+func (s *walStore) SetUint64(k []byte, v uint64) error {
+	return s.current().SetUint64(k, v)
+}
+func (s *walStore) GetUint64(k []byte) (uint64, error) { return s.current().GetUint64(k) }
+func (s *walStore) IsMonotonic() bool                  { return s.current().IsMonotonic() }
+
 func (s *walStore) Close() error {
-	err := s.WAL.Close()
+	err := s.current().Close()
 	if merr := s.meta.Close(); err == nil {
 		err = merr
 	}
 	return err
 }
 
-func openUnlocked(dataDir string, ls LogStore, logger hclog.Logger) (raftStore, error) {
+func openUnlocked(dataDir string, ls LogStore, logger hclog.Logger, walSegmentBytes int) (raftStore, error) {
 	switch ls {
 	case LogStoreWAL:
 		dir := filepath.Join(dataDir, walDir)
@@ -181,13 +271,7 @@ func openUnlocked(dataDir string, ls LogStore, logger hclog.Logger) (raftStore, 
 		if err := checkBolt(filepath.Join(dir, metadb.FileName)); err != nil {
 			return nil, err
 		}
-		meta := &metadb.BoltMetaDB{}
-		w, err := wal.Open(dir, wal.WithLogger(logger), wal.WithMetaStore(meta))
-		if err != nil {
-			_ = meta.Close()
-			return nil, errcode.New(errcode.FileOpenFail, "raft log %s: %v", dir, err)
-		}
-		return &walStore{WAL: w, meta: meta}, nil
+		return openWAL(dir, logger, walSegmentBytes)
 	case LogStoreBoltDB:
 		path := filepath.Join(dataDir, raftDB)
 		if err := checkBolt(path); err != nil {
@@ -301,7 +385,7 @@ func MigrateLogStore(ctx context.Context, dataDir string, to LogStore) (uint64, 
 	case from == to:
 		return 0, errcode.New(errcode.InvalidParams, "data dir %s already holds a %s Raft log", dataDir, to)
 	}
-	src, err := openLogStore(dataDir, from, hclog.NewNullLogger())
+	src, err := openLogStore(dataDir, from, hclog.NewNullLogger(), 0)
 	if err != nil {
 		return 0, err
 	}
@@ -311,7 +395,7 @@ func MigrateLogStore(ctx context.Context, dataDir string, to LogStore) (uint64, 
 		return 0, errcode.New(errcode.FileWriteFail, "migrate: %v", err)
 	}
 	defer os.RemoveAll(tmp)
-	dst, err := openLogStore(tmp, to, hclog.NewNullLogger())
+	dst, err := openLogStore(tmp, to, hclog.NewNullLogger(), 0)
 	if err != nil {
 		return 0, err
 	}

@@ -69,14 +69,14 @@ func TestLogStoreRefusesASecondOpener(t *testing.T) {
 	for _, ls := range []LogStore{LogStoreWAL, LogStoreBoltDB} {
 		t.Run(string(ls), func(t *testing.T) {
 			dir := t.TempDir()
-			s, err := openLogStore(dir, ls, hclog.NewNullLogger())
+			s, err := openLogStore(dir, ls, hclog.NewNullLogger(), 0)
 			require.NoError(t, err)
-			_, err = openLogStore(dir, ls, hclog.NewNullLogger())
+			_, err = openLogStore(dir, ls, hclog.NewNullLogger(), 0)
 			require.Error(t, err)
 			assert.Equal(t, errcode.FileLockFail, errcode.Of(err))
 			assert.Contains(t, err.Error(), "in use by another process")
 			require.NoError(t, s.Close())
-			s, err = openLogStore(dir, ls, hclog.NewNullLogger()) // the lock went with Close
+			s, err = openLogStore(dir, ls, hclog.NewNullLogger(), 0) // the lock went with Close
 			require.NoError(t, err)
 			require.NoError(t, s.Close())
 		})
@@ -95,7 +95,7 @@ func TestMigrateLogStore(t *testing.T) {
 		}
 		t.Run(fmt.Sprintf("%s to %s", from, to), func(t *testing.T) {
 			dir := t.TempDir()
-			s, err := openLogStore(dir, from, hclog.NewNullLogger())
+			s, err := openLogStore(dir, from, hclog.NewNullLogger(), 0)
 			require.NoError(t, err)
 			var logs []*raft.Log
 			for i := uint64(101); i <= 600; i++ { // a log compacted up to 100
@@ -114,7 +114,7 @@ func TestMigrateLogStore(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, to, have, "the old store is removed")
 
-			m, err := openLogStore(dir, to, hclog.NewNullLogger())
+			m, err := openLogStore(dir, to, hclog.NewNullLogger(), 0)
 			require.NoError(t, err)
 			first, _ := m.FirstIndex()
 			last, _ := m.LastIndex()
@@ -142,7 +142,7 @@ func TestMigrateLogStore(t *testing.T) {
 // A node that never voted has no vote keys: migration must not need them.
 func TestMigrateLogStoreWithoutVote(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openLogStore(dir, LogStoreBoltDB, hclog.NewNullLogger())
+	s, err := openLogStore(dir, LogStoreBoltDB, hclog.NewNullLogger(), 0)
 	require.NoError(t, err)
 	require.NoError(t, s.StoreLog(&raft.Log{Index: 1, Term: 1, Type: raft.LogConfiguration}))
 	require.NoError(t, s.Close())
@@ -158,7 +158,7 @@ func TestMigrateLogStoreWithoutVote(t *testing.T) {
 func TestLogStoreMonotonicThroughWrappers(t *testing.T) {
 	for ls, want := range map[LogStore]bool{LogStoreWAL: true, LogStoreBoltDB: false} {
 		dir := t.TempDir()
-		s, err := openLogStore(dir, ls, hclog.NewNullLogger())
+		s, err := openLogStore(dir, ls, hclog.NewNullLogger(), 0)
 		require.NoError(t, err)
 		c, err := raft.NewLogCache(8, withFailpoints(s, dir))
 		require.NoError(t, err)
@@ -177,7 +177,7 @@ func TestLogStoreReopensAfterTailTruncation(t *testing.T) {
 	for _, ls := range []LogStore{LogStoreWAL, LogStoreBoltDB} {
 		t.Run(string(ls), func(t *testing.T) {
 			dir := t.TempDir()
-			s, err := openLogStore(dir, ls, hclog.NewNullLogger())
+			s, err := openLogStore(dir, ls, hclog.NewNullLogger(), 0)
 			require.NoError(t, err)
 			var logs []*raft.Log
 			for i := uint64(1); i <= 100; i++ {
@@ -188,7 +188,7 @@ func TestLogStoreReopensAfterTailTruncation(t *testing.T) {
 			require.NoError(t, s.StoreLog(&raft.Log{Index: 91, Term: 2, Type: raft.LogCommand, Data: []byte("new")}))
 			require.NoError(t, s.Close()) // killed here in the fault run: no clean shutdown needed either
 
-			s, err = openLogStore(dir, ls, hclog.NewNullLogger())
+			s, err = openLogStore(dir, ls, hclog.NewNullLogger(), 0)
 			require.NoError(t, err)
 			defer s.Close()
 			last, err := s.LastIndex()

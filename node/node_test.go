@@ -148,6 +148,11 @@ func (c *cluster) leader() int {
 // then checks that they hold the same digest there.
 func (c *cluster) converged() string {
 	c.t.Helper()
+	return c.convergedWithin(10 * time.Second)
+}
+
+func (c *cluster) convergedWithin(d time.Duration) string {
+	c.t.Helper()
 	var digest string
 	require.Eventually(c.t, func() bool {
 		var index uint64
@@ -167,7 +172,7 @@ func (c *cluster) converged() string {
 			require.Equal(c.t, digest, st.Digest, "equal applied index %d but different digests", index)
 		}
 		return true
-	}, 10*time.Second, 20*time.Millisecond, "nodes did not converge")
+	}, d, 20*time.Millisecond, "nodes did not converge")
 	return digest
 }
 

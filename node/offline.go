@@ -213,7 +213,7 @@ func (o *OfflineRestore) writeRaftState(f *fsm.FSM, index, term uint64) error {
 	if ls == "" {
 		ls = DefaultLogStore
 	}
-	store, err := openLogStore(tmp, ls, hclog.NewNullLogger())
+	store, err := openLogStore(tmp, ls, hclog.NewNullLogger(), 0)
 	if err != nil {
 		return err
 	}

@@ -95,6 +95,7 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	fs.DurationVar(&cfg.ReadLease, "read-lease", 0, "read lease length (0: 90% of --heartbeat-timeout, the longest safe one); a node also waits this long before starting Raft")
 	fs.BoolVar(&cfg.UnsafeReadLease, "unsafe-read-lease", false, "allow --read-lease beyond the safe bound: stale reads become possible (testing only)")
 	logStore := fs.String("raft-log-store", "", "Raft log store of a new data dir: wal (one fsync per append; the default) or boltdb; an existing data dir keeps its own (docs/OPERATIONS.md)")
+	walSegmentMB := fs.Int("raft-wal-segment-mb", 64, "size of each raft-wal segment file created from now on, in MiB (preallocated; Consul's segment_size_mb)")
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often Raft checks whether to snapshot")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
@@ -129,7 +130,7 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 		return o.finish(finishArgs{peers: *peers, raftDial: *raftDial, leaseTTL: *leaseTTL, softPinTTL: *softPinTTL,
 			clientTTL: *clientTTL, highWatermark: *highWatermark, evictionRatio: *evictionRatio, logLevel: *logLevel, etcdEndpoints: *etcdEndpoints,
 			etcdCert: *etcdCert, etcdKey: *etcdKey, etcdCA: *etcdCA, tokenFile: *tokenFile, dev: *dev, followEtcd: *followEtcd, followSnapshot: *followSnapshot,
-			readMode: *readMode, logStore: *logStore})
+			readMode: *readMode, logStore: *logStore, walSegmentMB: *walSegmentMB})
 	}
 }
 
@@ -144,6 +145,7 @@ type finishArgs struct {
 	dev, followEtcd                 bool
 	followSnapshot                  string
 	readMode, logStore              string
+	walSegmentMB                    int
 }
 
 func (o *options) finish(a finishArgs) error {
@@ -155,6 +157,10 @@ func (o *options) finish(a finishArgs) error {
 		return err
 	}
 	cfg.RaftLogStore = ls
+	if a.walSegmentMB < 1 || a.walSegmentMB > 1024 {
+		return errcode.New(errcode.InvalidParams, "--raft-wal-segment-mb %d: want 1 to 1024", a.walSegmentMB)
+	}
+	cfg.WALSegmentBytes = a.walSegmentMB << 20
 	cfg.Etcd.Endpoints = listflag.Split(a.etcdEndpoints)
 	cfg.Etcd.ClusterID = cfg.ClusterID
 	// The node's TLS files default the etcd client's when etcd is reached
