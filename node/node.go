@@ -33,7 +33,7 @@ type Node struct {
 	log   hclog.Logger
 	now   func() int64
 	raft  *raft.Raft
-	trans *raft.NetworkTransport
+	trans *guardedTransport
 	store raftStore
 	disk  *diskHealth
 	// The disk watchdog's view of log writes and its hold on the Raft
@@ -243,7 +243,7 @@ func (n *Node) startRaft(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	store, err := openLogStore(cfg.DataDir, ls, n.log.Named("wal"))
+	store, err := openLogStore(cfg.DataDir, ls, n.log.Named("wal"), cfg.WALSegmentBytes)
 	if err != nil {
 		return err
 	}
@@ -288,7 +288,7 @@ func (n *Node) startRaft(ctx context.Context) error {
 	}
 	n.stream = newFencedStream(stream)
 	tcfg.Stream = n.stream
-	n.trans = raft.NewNetworkTransportWithConfig(tcfg)
+	n.trans = &guardedTransport{raft.NewNetworkTransportWithConfig(tcfg)}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)

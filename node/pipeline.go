@@ -1,0 +1,90 @@
+package node
+
+import (
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// guardedTransport is Raft's network transport with its append pipelines
+// guarded against hashicorp/raft's pipeline deadlock (hashicorp/raft#612,
+// docs/RELIABILITY.md finding 16). When a follower rejects an append (its
+// log store failed: a full or failing disk), raft's pipeline decoder stops
+// reading responses; the sender may then send once more, and with the
+// transport's default of two RPCs in flight that send waits forever for a
+// decoder that is gone, while the transport's own decoder waits for a
+// reader of the response before it. Heartbeats go on, so the follower
+// never calls the election that would heal it: it gets no entry again
+// until the leader changes. The guard reads every response and, once one
+// has failed, refuses further sends, so raft closes the pipeline and goes
+// back to its ordinary replication, which probes and backs off.
+type guardedTransport struct{ *raft.NetworkTransport }
+
+func (t guardedTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	p, err := t.NetworkTransport.AppendEntriesPipeline(id, target)
+	if err != nil {
+		return nil, err
+	}
+	g := &guardedPipeline{inner: p, out: make(chan raft.AppendFuture), failed: make(chan struct{}),
+		closed: make(chan struct{}), relayed: make(chan struct{})}
+	go g.relay()
+	return g, nil
+}
+
+type guardedPipeline struct {
+	inner   raft.AppendPipeline
+	out     chan raft.AppendFuture
+	failed  chan struct{} // closed once a response failed
+	closed  chan struct{} // closed by Close
+	relayed chan struct{} // closed when relay returns
+
+	failOnce, closeOnce sync.Once
+}
+
+// relay hands raft each response up to the first failed one and drops the
+// rest, so the transport's decoder never waits for a reader that is gone.
+// It ends with Close.
+func (p *guardedPipeline) relay() {
+	defer close(p.relayed)
+	in := p.inner.Consumer()
+	for {
+		select {
+		case f := <-in:
+			select {
+			case <-p.failed:
+				continue
+			default:
+			}
+			if f.Error() != nil || !f.Response().Success {
+				p.failOnce.Do(func() { close(p.failed) })
+			}
+			select {
+			case p.out <- f:
+			case <-p.closed:
+				return
+			}
+		case <-p.closed:
+			return
+		}
+	}
+}
+
+// AppendEntries sends through the pipeline unless a response has failed:
+// raft then stops the pipeline at this error.
+func (p *guardedPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
+	select {
+	case <-p.failed:
+		return nil, raft.ErrPipelineShutdown
+	default:
+	}
+	return p.inner.AppendEntries(args, resp)
+}
+
+func (p *guardedPipeline) Consumer() <-chan raft.AppendFuture { return p.out }
+
+func (p *guardedPipeline) Close() error {
+	p.closeOnce.Do(func() { close(p.closed) })
+	err := p.inner.Close()
+	<-p.relayed
+	return err
+}
