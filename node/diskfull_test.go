@@ -159,7 +159,9 @@ func TestWALRotationOnFullDisk(t *testing.T) {
 	require.NoError(t, os.Truncate(filler, st.Size()-64<<10))
 
 	data := bytes.Repeat([]byte{'x'}, 1024)
-	entry := func(i uint64) *raft.Log { return &raft.Log{Index: i, Term: 1, Data: append([]byte(fmt.Sprint(i, ":")), data...)} }
+	entry := func(i uint64) *raft.Log {
+		return &raft.Log{Index: i, Term: 1, Data: append([]byte(fmt.Sprint(i, ":")), data...)}
+	}
 	var last uint64
 	for ; last < 4096; last++ {
 		if err = s.StoreLogs([]*raft.Log{entry(last + 1)}); err != nil {
