@@ -92,39 +92,91 @@ func (failingLog) StoreLogs([]*raft.Log) error { return syscall.ENOSPC }
 // written leaves the earlier one intact; with space back the node catches
 // up by itself and every digest agrees.
 func TestDiskFull(t *testing.T) {
-	// raft-wal (the default store) writes its log into 64 MiB segment
-	// files it allocated beforehand, so a full file system first stops a
-	// follower's snapshots. boltdb, whose appends fail at once, is left out
-	// until the hang in docs/RELIABILITY.md ("follower's disk full") is
-	// understood.
-	c := newCluster(t, 3, time.Hour, func(cfg *Config) {
-		cfg.RaftLogStore = LogStoreWAL
-		cfg.DataDir = filepath.Join(tmpfsDir(t, 100), "data")
-	})
-	l := c.leader()
-	mountSegments(t, c.nodes[l])
-	v := (l + 1) % 3
-	put(t, c.nodes[l], "before")
-	require.NoError(t, c.nodes[v].raft.Snapshot().Error())
-	require.Equal(t, 1, snapshotsIntact(t, c.cfgs[v].DataDir))
+	for _, tc := range []struct {
+		store  LogStore
+		leader bool
+		// raft-wal writes its log into 64 MiB segment files it allocated
+		// beforehand, so a full file system first stops its snapshots;
+		// boltdb's appends fail at once.
+		failing string
+	}{
+		{LogStoreWAL, false, diskSnapshot},
+		{LogStoreBoltDB, false, diskLogAppend},
+		{LogStoreBoltDB, true, diskLogAppend},
+	} {
+		who := map[bool]string{false: "follower", true: "leader"}[tc.leader]
+		t.Run(string(tc.store)+" "+who, func(t *testing.T) {
+			c := newCluster(t, 3, time.Hour, func(cfg *Config) {
+				cfg.RaftLogStore = tc.store
+				cfg.DataDir = filepath.Join(tmpfsDir(t, 100), "data")
+			})
+			l := c.leader()
+			mountSegments(t, c.nodes[l])
+			v := (l + 1) % 3
+			if tc.leader {
+				v = l
+			}
+			put(t, c.nodes[l], "before")
+			require.NoError(t, c.nodes[v].raft.Snapshot().Error())
+			require.Equal(t, 1, snapshotsIntact(t, c.cfgs[v].DataDir))
 
-	filler := fill(t, filepath.Dir(c.cfgs[v].DataDir))
-	for i := 0; i < 20; i++ {
-		put(t, c.nodes[l], fmt.Sprint("k", i)) // the other two commit it
+			filler := fill(t, filepath.Dir(c.cfgs[v].DataDir))
+			for i := 0; i < 20; i++ {
+				// The first write a full leader takes fails (it steps down);
+				// the next goes to its successor.
+				require.Eventually(t, func() bool {
+					err := tryPut(t, c.nodes[c.leader()], fmt.Sprint("k", i))
+					if errcode.Of(err) == errcode.InternalError {
+						t.Fatalf("a write the full leader could not log: %v", err)
+					}
+					return err == nil
+				}, 10*time.Second, 50*time.Millisecond, "the other two keep taking writes")
+			}
+			if tc.leader {
+				assert.NotEqual(t, v, c.leader(), "a leader that cannot write its log steps down")
+			}
+			if tc.failing == diskSnapshot {
+				require.Error(t, c.nodes[v].raft.Snapshot().Error())
+			}
+			require.Eventually(t, func() bool { return c.nodes[v].Status().DiskError != "" }, 10*time.Second, 20*time.Millisecond)
+			status := c.nodes[v].Status().DiskError
+			assert.Contains(t, status, tc.failing+": ")
+			assert.Contains(t, status, "no space left on device")
+			assert.Positive(t, testutil.ToFloat64(c.nodes[v].disk.errs.WithLabelValues(tc.failing)))
+			assert.Equal(t, 1, snapshotsIntact(t, c.cfgs[v].DataDir), "the earlier snapshot stays whole")
+
+			require.NoError(t, os.Remove(filler))
+			put(t, c.nodes[c.leader()], "after")
+			// The leader retried the refused appends with a backoff that
+			// grows to about 10 s (hashicorp/raft's).
+			c.convergedWithin(30 * time.Second)
+			assert.Equal(t, 22, int(c.nodes[v].Status().Objects), "every acknowledged write, on the node that was full")
+			require.NoError(t, c.nodes[v].raft.Snapshot().Error())
+			assert.Empty(t, c.nodes[v].Status().DiskError, "cleared once writes succeed again")
+		})
 	}
-	require.Error(t, c.nodes[v].raft.Snapshot().Error())
-	status := c.nodes[v].Status().DiskError
-	assert.Contains(t, status, diskSnapshot+": ")
-	assert.Contains(t, status, "no space left on device")
-	assert.Positive(t, testutil.ToFloat64(c.nodes[v].disk.errs.WithLabelValues(diskSnapshot)))
-	assert.Equal(t, 1, snapshotsIntact(t, c.cfgs[v].DataDir), "the earlier snapshot stays whole")
+}
 
-	require.NoError(t, os.Remove(filler))
-	put(t, c.nodes[l], "after")
-	c.converged()
-	assert.Equal(t, 22, int(c.nodes[v].Status().Objects), "every acknowledged write, on the node that was full")
-	require.NoError(t, c.nodes[v].raft.Snapshot().Error())
-	assert.Empty(t, c.nodes[v].Status().DiskError, "cleared once writes succeed again")
+// tryPut is one put pair through nd, its error returned rather than
+// failing the test (a retry after a PutStart that went through is fine).
+func tryPut(t *testing.T, nd *Node, key string) error {
+	now := time.Now().UnixMilli()
+	for _, cmd := range []fsm.Command{
+		&fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{1024}, ReplicaNum: 2, ClientID: "c1"},
+		&fsm.PutEnd{NowMs: now, Key: key, ClientID: "c1"},
+	} {
+		r, err := nd.Propose(ctx(t), cmd)
+		if err == nil {
+			err = r.Err
+		}
+		if _, retried := cmd.(*fsm.PutStart); retried && errcode.Of(err) == errcode.ObjectAlreadyExists {
+			continue // an earlier try's PutStart went through
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // TestDiskHealth: each kind of failed write stands in Status until a write
@@ -229,19 +281,9 @@ func TestFollowerDiskFullAtWALRotation(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				key, now := fmt.Sprint(long, w, "/", i), time.Now().UnixMilli()
-				for _, cmd := range []fsm.Command{
-					&fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{1024}, ReplicaNum: 2, ClientID: "c1"},
-					&fsm.PutEnd{NowMs: now, Key: key, ClientID: "c1"},
-				} {
-					r, err := c.nodes[l].Propose(ctx(t), cmd)
-					if err == nil {
-						err = r.Err
-					}
-					if err != nil {
-						errs <- err
-						return
-					}
+				if err := tryPut(t, c.nodes[l], fmt.Sprint(long, w, "/", i)); err != nil {
+					errs <- err
+					return
 				}
 			}
 		}()
@@ -258,7 +300,7 @@ func TestFollowerDiskFullAtWALRotation(t *testing.T) {
 	require.NoError(t, os.Remove(filler))
 	put(t, c.nodes[l], "after")
 	// The leader retried the refused appends with a backoff that grows to
-	// about 10 s (hashicorp/raft's), so the follower may wait that long.
+	// about 10 s (hashicorp/raft's).
 	c.convergedWithin(30 * time.Second)
 	assert.Equal(t, writers*each+1, int(c.nodes[v].Status().Objects), "every acknowledged write, on the node that was full")
 	assert.Empty(t, c.nodes[v].Status().DiskError, "cleared once appends succeed again")

@@ -15,9 +15,12 @@ import (
 // frequent Raft snapshots so snapshot-driven OpLog cleanup runs, with a
 // retain small enough that cleanup deletes entries during the run yet
 // large enough that etcd always covers one of the snapshots the harness
-// takes (the replay check starts from it).
+// takes (the replay check starts from it), and raft-wal segments of 1 MiB
+// (instead of 64) so that a node whose disk is filled goes on into the
+// next segment within seconds and meets a full disk there (finding 15).
 func nodeArgs(retain int) []string {
 	return []string{
+		"--raft-wal-segment-mb", "1",
 		"--client-ttl", "60s",
 		"--soft-pin-ttl", "24h",
 		"--snapshot-threshold", "2048",
