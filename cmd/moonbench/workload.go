@@ -396,7 +396,7 @@ func runStep(ctx context.Context, b *bench, systems []system, sys system, name s
 	case <-ctx.Done():
 	case <-time.After(b.cfg.warmup):
 	}
-	etcd0 := sys.etcd(ctx)
+	etcd0, at0 := etcdNow(ctx, sys)
 	lagDone := make(chan lagStats, 1)
 	lctx, lcancel := context.WithCancel(sctx)
 	go func() { lagDone <- sampleLag(lctx, sys) }()
@@ -426,7 +426,7 @@ func runStep(ctx context.Context, b *bench, systems []system, sys system, name s
 	measuring.Store(false)
 	elapsed := time.Since(start)
 	cpuUsed, cpuKnown := cpu()
-	etcd1 := sys.etcd(ctx)
+	etcd1, at1 := etcdNow(ctx, sys)
 	lcancel()
 	cancel()
 	wg.Wait()
@@ -446,10 +446,12 @@ func runStep(ctx context.Context, b *bench, systems []system, sys system, name s
 	res.OpsPerSec = float64(res.Ops) / res.Seconds
 	slices.Sort(lats)
 	res.P50Ms, res.P99Ms, res.P999Ms = ms(quantile(lats, 0.5)), ms(quantile(lats, 0.99)), ms(quantile(lats, 0.999))
-	if etcd0.known && etcd1.known && res.Ops > 0 {
-		res.EtcdTxnsPerSec = (etcd1.txns - etcd0.txns) / res.Seconds
-		res.EtcdTxnsPer1kOps = (etcd1.txns - etcd0.txns) / float64(res.Ops) * 1000
-		res.EtcdBytesPer1kOps = (etcd1.bytes - etcd0.bytes) / float64(res.Ops) * 1000
+	if span := at1.Sub(at0).Seconds(); etcd0.known && etcd1.known && res.Ops > 0 && span > 0 {
+		// Rates over the counters' own window, which reading them over
+		// HTTP makes a little wider than the measured one.
+		res.EtcdTxnsPerSec = (etcd1.txns - etcd0.txns) / span
+		res.EtcdTxnsPer1kOps = res.EtcdTxnsPerSec / res.OpsPerSec * 1000
+		res.EtcdBytesPer1kOps = (etcd1.bytes - etcd0.bytes) / span / res.OpsPerSec * 1000
 	}
 	res.LagP50Ms, res.LagP99Ms, res.LagSamples = ms(lag.p50), ms(lag.p99), lag.n
 	if cpuKnown && cpuUsed[0] > 0 && res.Ops > 0 {
@@ -461,6 +463,14 @@ func runStep(ctx context.Context, b *bench, systems []system, sys system, name s
 	}
 	progressDone("%s: %.0f ops/s, p99 %.2f ms, %d errors, standby lag p99 %.1f ms", label, res.OpsPerSec, res.P99Ms, res.Errors, res.LagP99Ms)
 	return res, nil
+}
+
+// etcdNow reads sys's etcd counters and when they were read (the middle
+// of the request).
+func etcdNow(ctx context.Context, sys system) (etcdLoad, time.Time) {
+	start := time.Now()
+	l := sys.etcd(ctx)
+	return l, start.Add(time.Since(start) / 2)
 }
 
 // startCPU starts measuring the CPU time of the system's processes (a
