@@ -173,7 +173,7 @@ type walStore struct {
 	open func() (*wal.WAL, error)
 	meta *metadb.BoltMetaDB
 
-	mu sync.RWMutex // written only to swap w for a reopened WAL
+	mu sync.RWMutex // read by every call, written to swap w for a reopened WAL
 	w  *wal.WAL
 }
 
@@ -202,25 +202,25 @@ type sharedMeta struct{ *metadb.BoltMetaDB }
 
 func (sharedMeta) Close() error { return nil }
 
-func (s *walStore) current() *wal.WAL {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.w
-}
-
 func (s *walStore) StoreLogs(logs []*raft.Log) error {
-	err := s.current().StoreLogs(logs)
+	err := s.storeLogs(logs)
 	if !errors.Is(err, wal.ErrSealed) {
 		return err
 	}
 	if rerr := s.reopen(); rerr != nil {
 		return fmt.Errorf("%w: the next segment could not be created (disk full?), and creating it again failed: %v", err, rerr)
 	}
-	return s.current().StoreLogs(logs)
+	return s.storeLogs(logs)
 }
 
-// reopen replaces the WAL with a fresh instance of the same directory; the
-// old one stays in use if that fails.
+func (s *walStore) storeLogs(logs []*raft.Log) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.w.StoreLogs(logs)
+}
+
+// reopen replaces the WAL with a fresh instance of the same directory once
+// no call is using the old one; the old one stays if that fails.
 func (s *walStore) reopen() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -239,22 +239,61 @@ func (s *walStore) reopen() error {
 
 func (s *walStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
-func (s *walStore) FirstIndex() (uint64, error) { return s.current().FirstIndex() }
-func (s *walStore) LastIndex() (uint64, error)  { return s.current().LastIndex() }
+func (s *walStore) FirstIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.w.FirstIndex()
+}
+
+func (s *walStore) LastIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.w.LastIndex()
+}
+
 func (s *walStore) GetLog(i uint64, l *raft.Log) error {
-	return s.current().GetLog(i, l)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.w.GetLog(i, l)
 }
-func (s *walStore) DeleteRange(lo, hi uint64) error { return s.current().DeleteRange(lo, hi) }
-func (s *walStore) Set(k, v []byte) error           { return s.current().Set(k, v) }
-func (s *walStore) Get(k []byte) ([]byte, error)    { return s.current().Get(k) }
+
+func (s *walStore) DeleteRange(lo, hi uint64) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.w.DeleteRange(lo, hi)
+}
+
+func (s *walStore) Set(k, v []byte) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.w.Set(k, v)
+}
+
+func (s *walStore) Get(k []byte) ([]byte, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.w.Get(k)
+}
+
 func (s *walStore) SetUint64(k []byte, v uint64) error {
-	return s.current().SetUint64(k, v)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.w.SetUint64(k, v)
 }
-func (s *walStore) GetUint64(k []byte) (uint64, error) { return s.current().GetUint64(k) }
-func (s *walStore) IsMonotonic() bool                  { return s.current().IsMonotonic() }
+
+func (s *walStore) GetUint64(k []byte) (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.w.GetUint64(k)
+}
+
+// IsMonotonic: raft-wal refuses gaps (raft.MonotonicLogStore).
+func (s *walStore) IsMonotonic() bool { return true }
 
 func (s *walStore) Close() error {
-	err := s.current().Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.w.Close()
 	if merr := s.meta.Close(); err == nil {
 		err = merr
 	}

@@ -45,19 +45,29 @@ type config struct {
 }
 
 func main() {
-	var err error
-	switch {
-	case len(os.Args) > 1 && (os.Args[1] == cmdBaselinePrimary || os.Args[1] == cmdBaselineStandby):
-		err = runBaselineProcess(os.Args[1], os.Args[2:])
-	case len(os.Args) > 1 && os.Args[1] == cmdEtcd:
-		err = runEtcdProcess(os.Args[2:])
-	default:
+	isChild, err := runChild(os.Args[1:])
+	if !isChild {
 		err = run(os.Args[1:])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "moonbench:", err)
 		os.Exit(1)
 	}
+}
+
+// runChild runs the processes a local run starts from this binary (a
+// baseline's, an etcd); isChild is false for any other command line.
+func runChild(args []string) (isChild bool, err error) {
+	if len(args) == 0 {
+		return false, nil
+	}
+	switch args[0] {
+	case cmdBaselinePrimary, cmdBaselineStandby:
+		return true, runBaselineProcess(args[0], args[1:])
+	case cmdEtcd:
+		return true, runEtcdProcess(args[1:])
+	}
+	return false, nil
 }
 
 func parse(args []string) (config, error) {

@@ -19,20 +19,14 @@ import (
 // as the moonbench binary does: openBaseline starts cfg.benchBin with their
 // commands.
 func TestMain(m *testing.M) {
-	var err error
-	switch {
-	case len(os.Args) > 1 && (os.Args[1] == cmdBaselinePrimary || os.Args[1] == cmdBaselineStandby):
-		err = runBaselineProcess(os.Args[1], os.Args[2:])
-	case len(os.Args) > 1 && os.Args[1] == cmdEtcd:
-		err = runEtcdProcess(os.Args[2:])
-	default:
+	isChild, err := runChild(os.Args[1:])
+	if !isChild {
 		os.Exit(m.Run())
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(0)
 }
 
 func TestParse(t *testing.T) {
