@@ -100,12 +100,12 @@ func (n *Node) ProposeBatch(ctx context.Context, cmds []fsm.Command) ([]fsm.Resu
 // excess costs little and the writes let in finish in time.
 func (n *Node) admitWrite() error {
 	p := n.pendingWrites.Add(1)
-	if max := n.cfg.MaxPendingWrites; max >= 0 && p > int64(max) {
+	if limit := n.cfg.MaxPendingWrites; limit >= 0 && p > int64(limit) {
 		n.pendingWrites.Add(-1)
 		n.metrics.writesRefused.Inc()
 		return errcode.New(errcode.TooManyRequests,
 			"%d writes are waiting for the log on this node, the limit is %d (--max-pending-writes); this one was not applied, retry after a short wait",
-			p-1, max)
+			p-1, limit)
 	}
 	return nil
 }

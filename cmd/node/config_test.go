@@ -136,6 +136,21 @@ func TestRaftLogStoreFlag(t *testing.T) {
 	}
 }
 
+// TestRaftWALSegmentFlag: --raft-wal-segment-mb sizes new segments in MiB
+// (64 by default) and is refused outside 1–1024.
+func TestRaftWALSegmentFlag(t *testing.T) {
+	o, err := parseArgs([]string{"--id", "n0"})
+	require.NoError(t, err)
+	assert.Equal(t, 64<<20, o.cfg.WALSegmentBytes)
+	o, err = parseArgs([]string{"--id", "n0", "--raft-wal-segment-mb", "1"})
+	require.NoError(t, err)
+	assert.Equal(t, 1<<20, o.cfg.WALSegmentBytes)
+	for _, bad := range []string{"0", "2048"} {
+		_, err = parseArgs([]string{"--id", "n0", "--raft-wal-segment-mb", bad})
+		assert.Equal(t, errcode.InvalidParams, errcode.Of(err), bad)
+	}
+}
+
 // TestGCPercent: --gc-percent defaults to DefaultGCPercent unless $GOGC is set, which
 // it then follows as the Go runtime reads it; the flag wins over both.
 func TestGCPercent(t *testing.T) {
