@@ -115,6 +115,7 @@ func TestDamagedFilesAtRestart(t *testing.T) {
 			for i := 0; i < 30; i++ {
 				c.put(t, fmt.Sprintf("a%d", i))
 			}
+			c.converged() // the follower snapshots everything it was sent
 			require.NoError(t, c.nodes[f].raft.Snapshot().Error())
 			for i := 0; i < 30; i++ {
 				c.put(t, fmt.Sprintf("b%d", i))
@@ -162,6 +163,7 @@ func TestInterruptedSnapshotIgnored(t *testing.T) {
 	mountSegments(t, c.nodes[l])
 	f := (l + 1) % 3
 	c.put(t, "a")
+	c.converged() // the follower has "a" to snapshot
 	require.NoError(t, c.nodes[f].raft.Snapshot().Error())
 	c.put(t, "b")
 	c.stop(f)

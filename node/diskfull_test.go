@@ -87,7 +87,8 @@ func (failingLog) StoreLogs([]*raft.Log) error { return syscall.ENOSPC }
 
 // TestDiskFull fills one node's file system (each node's data dir is on a
 // tmpfs of its own) while the cluster takes writes, then frees it. The
-// cluster keeps acknowledging writes on the other two; the full node says
+// cluster keeps acknowledging writes on the other two (a full leader does
+// not win election after election: finding 17); the full node says
 // so in Status and in moonraft_disk_errors_total; a snapshot that cannot be
 // written leaves the earlier one intact; with space back the node catches
 // up by itself and every digest agrees.
@@ -117,6 +118,7 @@ func TestDiskFull(t *testing.T) {
 				v = l
 			}
 			put(t, c.nodes[l], "before")
+			c.converged() // v has something to snapshot
 			require.NoError(t, c.nodes[v].raft.Snapshot().Error())
 			require.Equal(t, 1, snapshotsIntact(t, c.cfgs[v].DataDir))
 
@@ -144,6 +146,11 @@ func TestDiskFull(t *testing.T) {
 			assert.Contains(t, status, "no space left on device")
 			assert.Positive(t, testutil.ToFloat64(c.nodes[v].disk.errs.WithLabelValues(tc.failing)))
 			assert.Equal(t, 1, snapshotsIntact(t, c.cfgs[v].DataDir), "the earlier snapshot stays whole")
+			timeout := func() time.Duration { return c.nodes[v].raft.ReloadableConfig().HeartbeatTimeout }
+			if tc.failing == diskLogAppend {
+				require.Eventually(t, func() bool { return timeout() == electionHoldBack*c.cfgs[v].HeartbeatTimeout },
+					5*time.Second, 20*time.Millisecond, "a node that cannot append holds back from elections")
+			}
 
 			require.NoError(t, os.Remove(filler))
 			put(t, c.nodes[c.leader()], "after")
@@ -153,6 +160,8 @@ func TestDiskFull(t *testing.T) {
 			assert.Equal(t, 22, int(c.nodes[v].Status().Objects), "every acknowledged write, on the node that was full")
 			require.NoError(t, c.nodes[v].raft.Snapshot().Error())
 			assert.Empty(t, c.nodes[v].Status().DiskError, "cleared once writes succeed again")
+			assert.Eventually(t, func() bool { return timeout() == c.cfgs[v].HeartbeatTimeout },
+				5*time.Second, 20*time.Millisecond, "its Raft timeouts restored")
 		})
 	}
 }

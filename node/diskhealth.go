@@ -50,6 +50,17 @@ func (d *diskHealth) observe(op string, err error) {
 	d.failing.Store(len(d.last) > 0)
 }
 
+// standing says whether a failed write of kind op stands.
+func (d *diskHealth) standing(op string) bool {
+	if !d.failing.Load() {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.last[op]
+	return ok
+}
+
 // String is the standing errors, "op: error" each, "" when there are none.
 func (d *diskHealth) String() string {
 	d.mu.Lock()

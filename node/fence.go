@@ -96,17 +96,50 @@ func (c *outConn) Close() error {
 // cost an election.
 func (n *Node) stallAfter() time.Duration { return max(n.cfg.HeartbeatTimeout, time.Second) }
 
+// A node whose log appends fail (a full disk) can still persist its votes
+// (bbolt reuses free pages, raft-wal's meta database is small), so it can
+// win an election, fail to store its first entry as leader, step down, and
+// win again: its vote requests reset the others' election timers, and the
+// cluster has no leader that lasts (RELIABILITY finding 17). While its
+// appends fail it waits electionHoldBack times longer before it stands, so
+// a healthy node is elected first; it still stands if none is.
+const electionHoldBack = 10
+
+// holdElections lengthens this node's Raft timeouts by electionHoldBack,
+// or restores them.
+func (n *Node) holdElections(hold bool) error {
+	rc := n.raft.ReloadableConfig()
+	rc.HeartbeatTimeout, rc.ElectionTimeout = n.cfg.HeartbeatTimeout, n.cfg.ElectionTimeout
+	if hold {
+		rc.HeartbeatTimeout *= electionHoldBack
+		rc.ElectionTimeout *= electionHoldBack
+	}
+	return n.raft.ReloadConfig(rc)
+}
+
 // diskWatchdog cuts this node's outgoing Raft traffic while it leads and
 // a log write has been outstanding for longer than stallAfter, and restores
-// it once no write is outstanding.
+// it once no write is outstanding; and it holds the node back from
+// elections while its log appends fail.
 func (n *Node) diskWatchdog(ctx context.Context) {
 	t := time.NewTicker(n.cfg.HeartbeatTimeout / 4)
 	defer t.Stop()
+	held := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if hold := n.disk.standing(diskLogAppend); hold != held {
+			if err := n.holdElections(hold); err != nil {
+				n.log.Error("could not change the Raft timeouts", "error", err)
+			} else if held = hold; hold {
+				n.log.Warn("log appends fail: this node waits longer before it stands for election, so a node that can write leads",
+					"heartbeat_timeout", n.cfg.HeartbeatTimeout*electionHoldBack)
+			} else {
+				n.log.Info("log appends succeed again: Raft timeouts restored")
+			}
 		}
 		since, pending := n.logWrites.outstanding()
 		switch {
