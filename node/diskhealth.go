@@ -24,6 +24,10 @@ type diskHealth struct {
 	mu      sync.Mutex
 	last    map[string]string // op -> the last error, while it stands
 	errs    *prometheus.CounterVec
+	// appendDur is what etcd's wal_fsync_duration_seconds is to etcd: a
+	// commit waits for the slowest of a quorum's log writes, and a follower
+	// applies an entry only after its next log write.
+	appendDur prometheus.Histogram
 }
 
 func newDiskHealth() *diskHealth {
@@ -32,6 +36,9 @@ func newDiskHealth() *diskHealth {
 		errs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "disk_errors_total",
 			Help: "Failed writes of the Raft log (log_append) or of a Raft snapshot (snapshot) on this node: a full or failing disk."},
 			[]string{"op"}),
+		appendDur: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "raft_log_append_seconds",
+			Help:    "Time to write one batch of Raft log entries to this node's log store, fsync included.",
+			Buckets: latencyBuckets}),
 	}
 }
 
@@ -86,9 +93,11 @@ func (w *watchedLog) StoreLog(l *raft.Log) error {
 }
 
 func (w *watchedLog) StoreLogs(logs []*raft.Log) error {
-	w.since.Store(time.Now().UnixNano())
+	start := time.Now()
+	w.since.Store(start.UnixNano())
 	err := w.LogStore.StoreLogs(logs)
 	w.since.Store(0)
+	w.h.appendDur.Observe(time.Since(start).Seconds())
 	w.h.observe(diskLogAppend, err)
 	return err
 }

@@ -98,7 +98,7 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "pending_writes",
 		Help: "Client writes sent to the log and not yet applied on this node (bounded by --max-pending-writes)."},
 		func() float64 { return float64(n.pendingWrites.Load()) })
-	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs, m.writesRefused, pending, n.disk.errs,
+	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs, m.writesRefused, pending, n.disk.errs, n.disk.appendDur,
 		&stateCollector{n: n},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

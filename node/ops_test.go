@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -248,6 +249,9 @@ func TestMetrics(t *testing.T) {
 	} {
 		assert.Contains(t, body, want)
 	}
+	appends := regexp.MustCompile(`(?m)^moonraft_raft_log_append_seconds_count (\d+)$`).FindStringSubmatch(body)
+	require.NotNil(t, appends, "the log append histogram")
+	assert.NotEqual(t, "0", appends[1], "every log write is timed")
 
 	// A follower reports its lag and contact with the leader.
 	f := (l + 1) % 3

@@ -11,9 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/internal/child"
 )
@@ -87,22 +84,9 @@ func (e *etcdProc) endpoints() []string { return []string{e.url} }
 // load reads the etcd's counters: committed proposals (one per write
 // transaction or lease grant) and bytes received from clients.
 func (e *etcdProc) load(ctx context.Context) (etcdLoad, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/metrics", nil)
+	families, err := scrapeMetrics(ctx, e.http, e.url)
 	if err != nil {
 		return etcdLoad{}, err
-	}
-	resp, err := e.http.Do(req)
-	if err != nil {
-		return etcdLoad{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return etcdLoad{}, fmt.Errorf("GET %s/metrics: %s", e.url, resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return etcdLoad{}, fmt.Errorf("GET %s/metrics: %w", e.url, err)
 	}
 	var l etcdLoad
 	sum := func(name string) (float64, bool) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -99,7 +100,7 @@ func TestRepeatedSteps(t *testing.T) {
 	r := &report{Steps: []stepResult{
 		{System: "moonraft", Workload: "put", Clients: 64, Round: 1, OpsPerSec: 3000, P99Ms: 40, CPUMicrosPerOp: []float64{200, 70}},
 		{System: baselineSync, Workload: "put", Clients: 64, Round: 1, OpsPerSec: 3000, P99Ms: 30},
-		{System: "moonraft", Workload: "put", Clients: 64, Round: 2, OpsPerSec: 5000, P99Ms: 20, Errors: 2, FirstError: "x", CPUMicrosPerOp: []float64{150, 50}},
+		{System: "moonraft", Workload: "put", Clients: 64, Round: 2, OpsPerSec: 5000, P99Ms: 20, Errors: 2, FirstError: "x", CPUMicrosPerOp: []float64{150, 50}, LagP99Ms: 160, SlowLogWrites: 3},
 		{System: baselineSync, Workload: "put", Clients: 64, Round: 2, OpsPerSec: 4000, P99Ms: 25},
 		{System: "moonraft", Workload: "put", Clients: 64, Round: 3, OpsPerSec: 4400, P99Ms: 30, Errors: 1, CPUMicrosPerOp: []float64{160, 60}},
 		{System: baselineSync, Workload: "put", Clients: 64, Round: 3, OpsPerSec: 5000, P99Ms: 20},
@@ -114,6 +115,7 @@ func TestRepeatedSteps(t *testing.T) {
 	assert.Equal(t, "x", m.FirstError)
 	assert.Equal(t, []float64{160, 60}, m.CPUMicrosPerOp)
 	assert.Equal(t, []float64{3000, 5000, 4400}, m.runs)
+	assert.Equal(t, int64(3), m.SlowLogWrites, "added up")
 	rs := r.ratios()
 	require.Len(t, rs, 1)
 	assert.Equal(t, 1.1, rs[0].throughput, "4400 / 4000")
@@ -124,6 +126,7 @@ func TestRepeatedSteps(t *testing.T) {
 	require.NoError(t, r.output(&out, config{}))
 	assert.Contains(t, out.String(), "3000 / 5000 / 4400")
 	assert.Contains(t, out.String(), "1.00 / 1.25 / 0.88")
+	assert.Contains(t, out.String(), "moonraft put clients=64 round 2: standby lag p99 160.0 ms, 3 Raft log writes over 64 ms (a stalled disk)")
 }
 
 func TestFailoverGaps(t *testing.T) {
@@ -264,4 +267,43 @@ func TestLagOfAStandbyThatNeverCatchesUp(t *testing.T) {
 	lag := sampleLag(ctx, &stuckStandby{})
 	require.Positive(t, lag.n, "positions the standby never reached are samples too")
 	assert.GreaterOrEqual(t, lag.p99, 200*time.Millisecond, "at least the age of the oldest unreached position")
+}
+
+// TestSlowLogWrites: with --local, a step counts the Raft log writes over
+// 64 ms on moonraft's nodes, the evidence that a standby-lag spike was the
+// disk. One node, built with failpoints, takes 100 ms for every log write.
+func TestSlowLogWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts a moonraft cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := testConfig(t)
+	cfg.local = true
+	cfg.moonraftBin = filepath.Join(t.TempDir(), "moonraft")
+	build := exec.CommandContext(ctx, "go", "build", "-tags", "failpoints", "-o", cfg.moonraftBin, "./cmd/node")
+	build.Dir = filepath.Join("..", "..")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	lc, err := startLocal(ctx, cfg, variant{})
+	require.NoError(t, err)
+	defer lc.close()
+	before, err := lc.slowLogWrites(ctx)
+	require.NoError(t, err)
+	// node/failpoint_on.go's failpointSlowLog.
+	require.NoError(t, os.WriteFile(filepath.Join(lc.dir, "n1", "failpoint-slow-log"), []byte("100ms"), 0o644))
+	rep := &report{}
+	require.NoError(t, sweep(ctx, cfg, []system{lc}, rep))
+	require.Len(t, rep.Steps, 1)
+	s := rep.Steps[0]
+	assert.Zero(t, s.Errors, s.FirstError)
+	assert.Positive(t, s.SlowLogWrites, "n1's slow writes in the step")
+	after, err := lc.slowLogWrites(ctx)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, after-before, s.SlowLogWrites)
+
+	var text bytes.Buffer
+	require.NoError(t, rep.output(&text, config{}))
+	assert.Regexp(t, `moonraft put clients=4: standby lag p99 [0-9.]+ ms, [0-9]+ Raft log writes over 64 ms`, text.String())
 }

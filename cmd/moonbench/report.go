@@ -78,6 +78,13 @@ func (r *report) output(w io.Writer, cfg config) error {
 		if s.FirstError != "" {
 			fmt.Fprintf(w, "%s %s clients=%d: %d errors, first: %s\n", s.System, s.Workload, s.Clients, s.Errors, s.FirstError)
 		}
+		if s.SlowLogWrites > 0 {
+			round := ""
+			if repeated {
+				round = fmt.Sprintf(" round %d", s.Round)
+			}
+			fmt.Fprintf(w, "%s %s clients=%d%s: standby lag p99 %.1f ms%s\n", s.System, s.Workload, s.Clients, round, s.LagP99Ms, s.slowNote())
+		}
 	}
 	if ratios := r.ratios(); len(ratios) > 0 {
 		fmt.Fprintln(w, "\nagainst "+baselineSync)
@@ -177,6 +184,7 @@ func medianRow(g []stepResult) row {
 		x.Seconds += s.Seconds
 		x.Errors += s.Errors
 		x.LagSamples += s.LagSamples
+		x.SlowLogWrites += s.SlowLogWrites
 		if x.FirstError == "" {
 			x.FirstError = s.FirstError
 		}

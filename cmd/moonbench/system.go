@@ -9,9 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/child"
@@ -128,7 +131,7 @@ type localCluster struct {
 type proc struct {
 	child.Proc
 	id, grpc string
-	http     string // with --profile: where the node serves /debug/pprof
+	http     string // where the node serves /metrics (and with --profile /debug/pprof)
 }
 
 func startLocal(ctx context.Context, cfg config, v variant) (*localCluster, error) {
@@ -159,13 +162,11 @@ func startLocal(ctx context.Context, cfg config, v variant) (*localCluster, erro
 		}
 		raftAddrs[id] = r
 		peers = append(peers, id+"="+r)
-		p := &proc{id: id, grpc: g, Proc: child.Proc{Bin: cfg.moonraftBin}}
-		if cfg.profileDir != "" {
-			if p.http, err = freeport.Addr(); err != nil {
-				return nil, err
-			}
+		h, err := freeport.Addr()
+		if err != nil {
+			return nil, err
 		}
-		lc.procs = append(lc.procs, p)
+		lc.procs = append(lc.procs, &proc{id: id, grpc: g, http: h, Proc: child.Proc{Bin: cfg.moonraftBin}})
 	}
 	for _, p := range lc.procs {
 		// The default Raft timeouts and read mode: what users run.
@@ -178,8 +179,9 @@ func startLocal(ctx context.Context, cfg config, v variant) (*localCluster, erro
 		if v.logStore != "" {
 			p.Args = append(p.Args, "--raft-log-store", v.logStore)
 		}
-		if p.http != "" {
-			p.Args = append(p.Args, "--http-addr", p.http, "--pprof")
+		p.Args = append(p.Args, "--http-addr", p.http)
+		if cfg.profileDir != "" {
+			p.Args = append(p.Args, "--pprof")
 		}
 		if cfg.verbose {
 			p.Output = os.Stderr
@@ -390,4 +392,33 @@ func profileNode(ctx context.Context, p *proc, d time.Duration, path string) err
 		return err
 	}
 	return f.Close()
+}
+
+// slowLogThreshold is the bucket bound of moonraft_raft_log_append_seconds
+// above which moonbench counts a log write as slow: at this size it is a
+// stalled disk, and with it every standby falls behind (a follower applies
+// an entry only after its next log write).
+const slowLogThreshold = "0.064"
+
+// slowLogWrites is the number of Raft log writes over slowLogThreshold on
+// all nodes so far.
+func (lc *localCluster) slowLogWrites(ctx context.Context) (int64, error) {
+	var n int64
+	for _, p := range lc.procs {
+		families, err := scrapeMetrics(ctx, http.DefaultClient, "http://"+p.http)
+		if err != nil {
+			return 0, err
+		}
+		mf, ok := families["moonraft_raft_log_append_seconds"]
+		if !ok || len(mf.GetMetric()) != 1 {
+			return 0, fmt.Errorf("%s: no moonraft_raft_log_append_seconds", p.id)
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		i := slices.IndexFunc(h.GetBucket(), func(b *dto.Bucket) bool { return fmt.Sprint(b.GetUpperBound()) == slowLogThreshold })
+		if i < 0 {
+			return 0, fmt.Errorf("%s: moonraft_raft_log_append_seconds has no bucket %s", p.id, slowLogThreshold)
+		}
+		n += int64(h.GetSampleCount() - h.GetBucket()[i].GetCumulativeCount())
+	}
+	return n, nil
 }

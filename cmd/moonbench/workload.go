@@ -230,6 +230,9 @@ type stepResult struct {
 	// CPU microseconds per op of each process, the serving one first
 	// (moonraft's leader then followers; the primary then standbys).
 	CPUMicrosPerOp []float64 `json:"cpu_us_per_op,omitempty"`
+	// Raft log writes over 64 ms on moonraft's nodes in the step (--local):
+	// a stalled disk, which every standby's lag shows.
+	SlowLogWrites int64 `json:"slow_log_writes,omitempty"`
 }
 
 // sweep runs every workload at every client count against every system,
@@ -407,6 +410,7 @@ func runStep(ctx context.Context, b *bench, systems []system, sys system, name s
 		go func() { profDone <- lc.profileNodes(ctx, max(b.cfg.duration, time.Second), prefix) }()
 	}
 	cpu := startCPU(ctx, sys)
+	slow := startSlowLogWrites(ctx, sys)
 	start := time.Now()
 	measuring.Store(true)
 	tick := time.NewTicker(500 * time.Millisecond)
@@ -426,6 +430,7 @@ func runStep(ctx context.Context, b *bench, systems []system, sys system, name s
 	measuring.Store(false)
 	elapsed := time.Since(start)
 	cpuUsed, cpuKnown := cpu()
+	res.SlowLogWrites = slow()
 	etcd1, at1 := etcdNow(ctx, sys)
 	lcancel()
 	cancel()
@@ -461,8 +466,32 @@ func runStep(ctx context.Context, b *bench, systems []system, sys system, name s
 			res.CPUMicrosPerOp = append(res.CPUMicrosPerOp, float64(c.Microseconds())/float64(res.Ops))
 		}
 	}
-	progressDone("%s: %.0f ops/s, p99 %.2f ms, %d errors, standby lag p99 %.1f ms", label, res.OpsPerSec, res.P99Ms, res.Errors, res.LagP99Ms)
+	progressDone("%s: %.0f ops/s, p99 %.2f ms, %d errors, standby lag p99 %.1f ms%s", label, res.OpsPerSec, res.P99Ms, res.Errors, res.LagP99Ms, res.slowNote())
 	return res, nil
+}
+
+func (s stepResult) slowNote() string {
+	if s.SlowLogWrites == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d Raft log writes over 64 ms (a stalled disk)", s.SlowLogWrites)
+}
+
+// startSlowLogWrites counts slow Raft log writes from now; the returned
+// func says how many there were since (0 where they cannot be read).
+func startSlowLogWrites(ctx context.Context, sys system) func() int64 {
+	lc, ok := sys.(*localCluster)
+	if !ok {
+		return func() int64 { return 0 }
+	}
+	n0, err0 := lc.slowLogWrites(ctx)
+	return func() int64 {
+		n1, err1 := lc.slowLogWrites(ctx)
+		if err0 != nil || err1 != nil {
+			return 0
+		}
+		return n1 - n0
+	}
 }
 
 // etcdNow reads sys's etcd counters and when they were read (the middle
