@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -398,7 +399,7 @@ func profileNode(ctx context.Context, p *proc, d time.Duration, path string) err
 // above which moonbench counts a log write as slow: at this size it is a
 // stalled disk, and with it every standby falls behind (a follower applies
 // an entry only after its next log write).
-const slowLogThreshold = "0.064"
+const slowLogThreshold = 0.064
 
 // slowLogWrites is the number of Raft log writes over slowLogThreshold on
 // all nodes so far.
@@ -414,9 +415,9 @@ func (lc *localCluster) slowLogWrites(ctx context.Context) (int64, error) {
 			return 0, fmt.Errorf("%s: no moonraft_raft_log_append_seconds", p.id)
 		}
 		h := mf.GetMetric()[0].GetHistogram()
-		i := slices.IndexFunc(h.GetBucket(), func(b *dto.Bucket) bool { return fmt.Sprint(b.GetUpperBound()) == slowLogThreshold })
+		i := slices.IndexFunc(h.GetBucket(), func(b *dto.Bucket) bool { return math.Abs(b.GetUpperBound()-slowLogThreshold) < 1e-9 })
 		if i < 0 {
-			return 0, fmt.Errorf("%s: moonraft_raft_log_append_seconds has no bucket %s", p.id, slowLogThreshold)
+			return 0, fmt.Errorf("%s: moonraft_raft_log_append_seconds has no bucket %g", p.id, slowLogThreshold)
 		}
 		n += int64(h.GetSampleCount() - h.GetBucket()[i].GetCumulativeCount())
 	}
