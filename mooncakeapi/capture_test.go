@@ -8,10 +8,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/moonraft/moonraft/cororpc"
 	"github.com/moonraft/moonraft/internal/freeport"
+	"github.com/moonraft/moonraft/structpack"
 	"github.com/stretchr/testify/require"
 )
 
@@ -171,6 +174,7 @@ func TestCaptureGolden(t *testing.T) {
 		run(filepath.Join(dir, "bin/master_bench"), "--master_server="+l.Addr().String(), "--operation="+op, "--duration=1",
 			"--num_clients=1", "--batch_size=2", "--num_segments=1")
 	}
+	callUnsent(ctx, t, l.Addr().String())
 	time.Sleep(200 * time.Millisecond)
 
 	rec.mu.Lock()
@@ -191,6 +195,72 @@ func TestCaptureGolden(t *testing.T) {
 	require.NoError(t, os.MkdirAll("testdata", 0o755))
 	require.NoError(t, os.WriteFile("testdata/golden.txt", []byte(b.String()), 0o644))
 	t.Logf("%d function ids recorded", len(ids))
+}
+
+// callUnsent makes, with moonraft's encoder, the calls that no client of
+// this build sends (the Upsert family, BatchPutRevoke, BatchRemove,
+// GetReplicaListByRegex, GracefulUnmountSegment), each where it succeeds.
+// coro_rpc checks the type literal of every request, so the master taking
+// them is the check of their encoding; its answers are the golden truth.
+func callUnsent(ctx context.Context, t *testing.T, addr string) {
+	cl, err := cororpc.Dial(ctx, addr, 0)
+	require.NoError(t, err)
+	defer cl.Close()
+	call := func(name string, args, result any) {
+		t.Helper()
+		body, err := structpack.Marshal(args)
+		require.NoError(t, err, name)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		resp, err := cl.Call(cctx, FunctionID(name), body)
+		require.NoError(t, err, name)
+		require.Equal(t, cororpc.ErrcOK, resp.Header.Errc, "%s: %s", name, resp.Body)
+		require.NoError(t, structpack.Unmarshal(resp.Body, result), name)
+	}
+	ok := func(name string, errs ...structpack.ErrorCode) {
+		t.Helper()
+		for i, e := range errs {
+			require.Zero(t, e, "%s: answer %d is error %d", name, i, e)
+		}
+	}
+	client := UUID{First: 7, Second: 8}
+	seg := Segment{ID: UUID{First: 9, Second: 10}, Name: "127.0.0.1:12999", Base: 1 << 40, Size: 64 << 20,
+		TEEndpoint: "127.0.0.1:15999", Protocol: "tcp"}
+	one := ReplicateConfig{ReplicaNum: 1}
+	const tenant = "default" // what the C API sends
+	var void Expected[Void]
+	var voids []Expected[Void]
+	var reps Expected[[]ReplicaDescriptor]
+	var batch []Expected[[]ReplicaDescriptor]
+
+	call("MountSegment", MountArgs{Segment: seg, ClientID: client}, &void)
+	ok("MountSegment", void.Err)
+	for _, key := range []string{"golden/u", "golden/r"} {
+		call("UpsertStart", PutStartArgs{ClientID: client, Key: key, SliceLength: 16, Config: one, TenantID: tenant}, &reps)
+		ok("UpsertStart", reps.Err)
+	}
+	call("UpsertEnd", PutEndArgs{ClientID: client, Meta: ObjectMeta{Key: "golden/u"}, TenantID: tenant}, &void)
+	ok("UpsertEnd", void.Err)
+	call("UpsertRevoke", PutRevokeArgs{ClientID: client, Key: "golden/r", TenantID: tenant}, &void)
+	ok("UpsertRevoke", void.Err)
+	call("BatchUpsertStart", BatchPutStartArgs{ClientID: client, Keys: []string{"golden/b1", "golden/b2"}, SliceLengths: []uint64{16, 16}, Config: one, TenantID: tenant}, &batch)
+	ok("BatchUpsertStart", batch[0].Err, batch[1].Err)
+	call("BatchUpsertEnd", BatchUpsertEndArgs{ClientID: client, Metas: []ObjectMeta{{Key: "golden/b1"}}, TenantID: tenant}, &voids)
+	ok("BatchUpsertEnd", voids[0].Err)
+	call("BatchUpsertRevoke", BatchUpsertRevokeArgs{ClientID: client, Keys: []string{"golden/b2"}, TenantID: tenant}, &voids)
+	ok("BatchUpsertRevoke", voids[0].Err)
+	call("BatchPutStart", BatchPutStartArgs{ClientID: client, Keys: []string{"golden/p1", "golden/p2"}, SliceLengths: []uint64{16, 16}, Config: one, TenantID: tenant}, &batch)
+	ok("BatchPutStart", batch[0].Err, batch[1].Err)
+	call("BatchPutRevoke", BatchPutRevokeArgs{ClientID: client, Keys: []string{"golden/p1", "golden/p2"}, TenantID: tenant}, &voids)
+	ok("BatchPutRevoke", voids[0].Err, voids[1].Err)
+	var byRegex Expected[map[string][]ReplicaDescriptor]
+	call("GetReplicaListByRegex", KeyArgs{Key: "^golden/", TenantID: tenant}, &byRegex)
+	ok("GetReplicaListByRegex", byRegex.Err)
+	require.ElementsMatch(t, []string{"golden/u", "golden/b1"}, slices.Collect(maps.Keys(byRegex.Value)), "the completed upserts")
+	call("BatchRemove", BatchRemoveArgs{Keys: []string{"golden/u", "golden/b1"}, Force: true, TenantID: tenant}, &voids)
+	ok("BatchRemove", voids[0].Err, voids[1].Err)
+	call("GracefulUnmountSegment", GracefulUnmountArgs{SegmentID: seg.ID, ClientID: client}, &void)
+	ok("GracefulUnmountSegment", void.Err)
 }
 
 func lastLine(b []byte) string {

@@ -77,7 +77,42 @@ func TestGoldenFrames(t *testing.T) {
 			require.NoError(t, structpack.Unmarshal(body, v.Interface()))
 			again, err := structpack.Marshal(v.Elem().Interface())
 			require.NoError(t, err)
-			require.Equal(t, hex.EncodeToString(body), hex.EncodeToString(again))
+			if !hasMap(typ) {
+				require.Equal(t, hex.EncodeToString(body), hex.EncodeToString(again))
+				return
+			}
+			// An unordered_map goes in the master's hash order, moonraft's
+			// maps in key order: the same value, the same length.
+			require.Len(t, again, len(body))
+			w := reflect.New(typ)
+			require.NoError(t, structpack.Unmarshal(again, w.Interface()))
+			require.Equal(t, v.Elem().Interface(), w.Elem().Interface())
 		})
 	}
+}
+
+// hasMap says whether a value of typ can hold a map.
+func hasMap(typ reflect.Type) bool {
+	seen := map[reflect.Type]bool{}
+	var walk func(reflect.Type) bool
+	walk = func(t reflect.Type) bool {
+		if seen[t] {
+			return false
+		}
+		seen[t] = true
+		switch t.Kind() {
+		case reflect.Map:
+			return true
+		case reflect.Pointer, reflect.Slice, reflect.Array:
+			return walk(t.Elem())
+		case reflect.Struct:
+			for i := range t.NumField() {
+				if walk(t.Field(i).Type) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return walk(typ)
 }
