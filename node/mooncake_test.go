@@ -2,7 +2,9 @@ package node
 
 import (
 	"bufio"
+	"maps"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -139,4 +141,48 @@ func TestMooncakeProtocol(t *testing.T) {
 	require.Zero(t, fromFollower.Err)
 	assert.Equal(t, mc.ReplicaComplete, fromFollower.Value.Replicas[0].Status)
 	assert.Equal(t, cororpc.ErrcFunctionNotRegistered, f.raw(0x12345678, nil).Header.Errc, "the leader's error answers come back as they are")
+}
+
+// TestMooncakeCallsNoClientSends: the calls `make mooncake-golden` sends to
+// the real master because no client of its build does (the Upsert family,
+// BatchPutRevoke, GetReplicaListByRegex, BatchRemove,
+// GracefulUnmountSegment), in the same order, answered as the real master
+// answered them: every one succeeds, and the regex finds the completed
+// upserts only.
+func TestMooncakeCallsNoClientSends(t *testing.T) {
+	c := newCluster(t, 3, 100*time.Millisecond, withMooncake(t))
+	m := dialMooncake(t, c.cfgs[c.leader()].MooncakeAddr)
+	client := mc.UUID{First: 7, Second: 8}
+	seg := mc.Segment{ID: mc.UUID{First: 9, Second: 10}, Name: "127.0.0.1:12999", Base: 1 << 40, Size: 64 << 20,
+		TEEndpoint: "127.0.0.1:15999", Protocol: "tcp"}
+	one := mc.ReplicateConfig{ReplicaNum: 1}
+	const tenant = "default"
+	type void = structpack.Expected[mc.Void]
+	type reps = structpack.Expected[[]mc.ReplicaDescriptor]
+
+	require.Zero(t, mcCall[void](m, "MountSegment", mc.MountArgs{Segment: seg, ClientID: client}).Err)
+	for _, key := range []string{"golden/u", "golden/r"} {
+		r := mcCall[reps](m, "UpsertStart", mc.PutStartArgs{ClientID: client, Key: key, SliceLength: 16, Config: one, TenantID: tenant})
+		require.Zero(t, r.Err, key)
+		require.Len(t, r.Value, 1)
+	}
+	assert.Zero(t, mcCall[void](m, "UpsertEnd", mc.PutEndArgs{ClientID: client, Meta: mc.ObjectMeta{Key: "golden/u"}, TenantID: tenant}).Err)
+	assert.Zero(t, mcCall[void](m, "UpsertRevoke", mc.PutRevokeArgs{ClientID: client, Key: "golden/r", TenantID: tenant}).Err)
+	batch := mcCall[[]reps](m, "BatchUpsertStart", mc.BatchPutStartArgs{ClientID: client, Keys: []string{"golden/b1", "golden/b2"}, SliceLengths: []uint64{16, 16}, Config: one, TenantID: tenant})
+	require.Len(t, batch, 2)
+	assert.Zero(t, batch[0].Err)
+	assert.Zero(t, batch[1].Err)
+	assert.Equal(t, []void{{}}, mcCall[[]void](m, "BatchUpsertEnd", mc.BatchUpsertEndArgs{ClientID: client, Metas: []mc.ObjectMeta{{Key: "golden/b1"}}, TenantID: tenant}))
+	assert.Equal(t, []void{{}}, mcCall[[]void](m, "BatchUpsertRevoke", mc.BatchUpsertRevokeArgs{ClientID: client, Keys: []string{"golden/b2"}, TenantID: tenant}))
+	batch = mcCall[[]reps](m, "BatchPutStart", mc.BatchPutStartArgs{ClientID: client, Keys: []string{"golden/p1", "golden/p2"}, SliceLengths: []uint64{16, 16}, Config: one, TenantID: tenant})
+	require.Len(t, batch, 2)
+	assert.Zero(t, batch[0].Err)
+	assert.Zero(t, batch[1].Err)
+	assert.Equal(t, []void{{}, {}}, mcCall[[]void](m, "BatchPutRevoke", mc.BatchPutRevokeArgs{ClientID: client, Keys: []string{"golden/p1", "golden/p2"}, TenantID: tenant}))
+	byRegex := mcCall[structpack.Expected[map[string][]mc.ReplicaDescriptor]](m, "GetReplicaListByRegex", mc.KeyArgs{Key: "^golden/", TenantID: tenant})
+	require.Zero(t, byRegex.Err)
+	assert.ElementsMatch(t, []string{"golden/u", "golden/b1"}, slices.Collect(maps.Keys(byRegex.Value)), "the completed upserts")
+	assert.Equal(t, []void{{}, {}}, mcCall[[]void](m, "BatchRemove", mc.BatchRemoveArgs{Keys: []string{"golden/u", "golden/b1"}, Force: true, TenantID: tenant}))
+	assert.Zero(t, mcCall[void](m, "GracefulUnmountSegment", mc.GracefulUnmountArgs{SegmentID: seg.ID, ClientID: client}).Err)
+	assert.Equal(t, structpack.OK(false), mcCall[structpack.Expected[bool]](m, "ExistKey", mc.KeyArgs{Key: "golden/u", TenantID: tenant}))
 }
