@@ -230,7 +230,7 @@ type stepResult struct {
 	// CPU microseconds per op of each process, the serving one first
 	// (moonraft's leader then followers; the primary then standbys).
 	CPUMicrosPerOp []float64 `json:"cpu_us_per_op,omitempty"`
-	// Raft log writes over 64 ms on moonraft's nodes in the step (--local):
+	// Raft log writes over slowLogThreshold on moonraft's nodes in the step (--local):
 	// a stalled disk, which every standby's lag shows.
 	SlowLogWrites int64 `json:"slow_log_writes,omitempty"`
 }
@@ -474,7 +474,7 @@ func (s stepResult) slowNote() string {
 	if s.SlowLogWrites == 0 {
 		return ""
 	}
-	return fmt.Sprintf(", %d Raft log writes over 64 ms (a stalled disk)", s.SlowLogWrites)
+	return fmt.Sprintf(", %d Raft log writes over %g ms (a stalled disk)", s.SlowLogWrites, slowLogThreshold*1000)
 }
 
 // startSlowLogWrites counts slow Raft log writes from now; the returned
