@@ -15,6 +15,7 @@ type Grant struct {
 	Renewal   lease.Renewal // to record in the leader's batcher
 	CurrentMs int64         // the lease deadline the key holds now
 	UntilMs   int64         // the deadline the client may rely on
+	SoftPin   bool          // the object is soft-pinned
 }
 
 func (f *FSM) grant(key string, o *object, nowMs int64) Grant {
@@ -23,6 +24,7 @@ func (f *FSM) grant(key string, o *object, nowMs int64) Grant {
 		Renewal:   lease.Renewal{Key: key, AtMs: nowMs},
 		CurrentMs: cur,
 		UntilMs:   lease.Extend(cur, nowMs, f.params.LeaseTTLMs),
+		SoftPin:   o.softPin,
 	}
 }
 

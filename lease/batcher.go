@@ -33,7 +33,8 @@ type promise struct {
 type shard struct {
 	mu       sync.Mutex
 	renewals map[string]promise
-	pings    map[string]int64 // client id -> latest AtMs
+	soft     map[string]struct{} // the keys in renewals whose object is soft-pinned
+	pings    map[string]int64    // client id -> latest AtMs
 	// Keeps neighbouring shards' locks off one cache line, so readers on
 	// different shards do not slow each other down.
 	_ [64]byte
@@ -43,29 +44,37 @@ type shard struct {
 // goroutines between two ticks, keeping only the latest per key and per
 // client. The leader's ticker drains it into Tick commands. Safe for
 // concurrent use.
+//
+// A renewal reaches the log when something needs it, not per read: a
+// removal, an eviction or a segment drain first flushes every waiting
+// renewal (Drain), and a new leader's Promote leases every object past any
+// lease the old one returned. So a read-heavy load adds nothing to the log
+// and nothing to the followers' work; regular ticks (DrainDue) carry the
+// pings, the soft pins (which Promote does not cover, and which steer
+// eviction) and, past a bound on what may wait, everything.
 type Batcher struct {
-	seed           maphash.Seed
-	urgentWithinMs int64
-	coalesceMs     int64
-	urgent         chan struct{}
-	shards         [numShards]shard
+	seed       maphash.Seed
+	coalesceMs int64
+	maxWaiting int
+	exists     func(key string) bool
+	shards     [numShards]shard
 }
 
-// NewBatcher returns an empty batcher. A renewal of a live lease with less
-// than urgentWithinMs left signals Urgent: the leader passes its tick
-// period, so only a lease that would lapse before the next regular tick
-// costs an extra Raft entry. A regular tick (DrainDue) leaves behind
-// renewals that extend the key's logged lease by less than coalesceMs, as
-// long as that lease is not about to lapse.
-func NewBatcher(urgentWithinMs, coalesceMs int64) *Batcher {
+// NewBatcher returns an empty batcher. A regular tick (DrainDue) takes the
+// renewal of a soft-pinned key once it extends the key's logged lease by
+// coalesceMs or more. Once more than maxWaiting keys wait, it forgets those
+// of keys that no longer exist (exists reports whether the leader's state
+// holds key), and if that is not enough, takes every renewal.
+func NewBatcher(coalesceMs int64, maxWaiting int, exists func(key string) bool) *Batcher {
 	b := &Batcher{
-		seed:           maphash.MakeSeed(),
-		urgentWithinMs: urgentWithinMs,
-		coalesceMs:     coalesceMs,
-		urgent:         make(chan struct{}, 1),
+		seed:       maphash.MakeSeed(),
+		coalesceMs: coalesceMs,
+		maxWaiting: maxWaiting,
+		exists:     exists,
 	}
 	for i := range b.shards {
 		b.shards[i].renewals = make(map[string]promise)
+		b.shards[i].soft = make(map[string]struct{})
 		b.shards[i].pings = make(map[string]int64)
 	}
 	return b
@@ -78,24 +87,18 @@ func (b *Batcher) shard(s string) *shard {
 }
 
 // Renew records that a read at atMs renewed key's lease: loggedMs is the
-// deadline the log gives the key now, untilMs the lease the read returned.
-// If the logged lease is still live and less than urgentWithinMs away,
-// Urgent is signalled so that the renewal reaches the log before that lease
-// runs out. A lapsed (or never granted) lease has nothing left to protect:
-// its renewal rides the next regular Tick, and until then the removal flush
-// and the read gate keep the returned lease (node/gate.go).
-func (b *Batcher) Renew(key string, atMs, loggedMs, untilMs int64) {
+// deadline the log gives the key now, untilMs the lease the read returned,
+// softPin whether the object is soft-pinned. Until a flush takes it, the
+// removal flush and the read gate keep the returned lease (node/gate.go).
+func (b *Batcher) Renew(key string, atMs, loggedMs, untilMs int64, softPin bool) {
 	s := b.shard(key)
 	s.mu.Lock()
 	p := s.renewals[key]
 	s.renewals[key] = promise{atMs: max(p.atMs, atMs), loggedMs: max(p.loggedMs, loggedMs), untilMs: max(p.untilMs, untilMs)}
-	s.mu.Unlock()
-	if left := loggedMs - atMs; left > 0 && left < b.urgentWithinMs {
-		select {
-		case b.urgent <- struct{}{}:
-		default: // a signal is already pending; one tick takes all
-		}
+	if softPin {
+		s.soft[key] = struct{}{}
 	}
+	s.mu.Unlock()
 }
 
 // Ping records that the client pinged at atMs.
@@ -108,12 +111,6 @@ func (b *Batcher) Ping(clientID string, atMs int64) {
 	s.mu.Unlock()
 }
 
-// Urgent receives a value when a critical renewal was recorded; the ticker
-// then proposes a Tick at once instead of waiting for its period.
-func (b *Batcher) Urgent() <-chan struct{} {
-	return b.urgent
-}
-
 // Drain takes everything recorded so far — what a Tick needs before a
 // removal or an eviction, which must see every lease a read returned —
 // sorted by key and by client id so that the Tick's bytes do not depend on
@@ -121,40 +118,70 @@ func (b *Batcher) Urgent() <-chan struct{} {
 // record made during Drain lands in this batch or the next, never in
 // neither.
 func (b *Batcher) Drain() ([]Renewal, []Ping) {
-	return b.drain(func(promise) bool { return true })
+	return b.drain(true)
 }
 
-// DrainDue is Drain for a regular tick at nowMs: it takes every ping, and
-// the renewals that extend the key's logged lease by coalesceMs or more or
-// whose logged lease lapses within two urgentWithinMs; the others wait for
-// a later tick. A waiting renewal's promise is kept all the same: a removal
-// or an eviction drains it first (Drain), and a new leader's Promote leases
-// every object past it. So a key read again and again costs a Raft entry
-// about once per coalesceMs instead of once per tick, and followers see its
-// lease at most coalesceMs behind the leader's promise.
-func (b *Batcher) DrainDue(nowMs int64) ([]Renewal, []Ping) {
-	return b.drain(func(p promise) bool {
-		return p.untilMs-p.loggedMs >= b.coalesceMs || p.loggedMs-nowMs < 2*b.urgentWithinMs
-	})
+// DrainDue is Drain for a regular tick: it takes every ping and the
+// renewals of soft-pinned keys that extend the logged lease by coalesceMs
+// or more (followers then know a soft pin at most that far behind); the
+// other renewals wait for a flush (Drain). An expired promise waits too: it
+// protects nothing any more, but its read time orders eviction (least
+// recently read first), which the flush before an eviction brings to the
+// log. What waits stays bounded: past maxWaiting keys, the renewals of
+// keys removed without a flush (an unmount, an expired client, a forced
+// removal) are forgotten, and if still past it, every renewal is taken.
+func (b *Batcher) DrainDue() ([]Renewal, []Ping) {
+	if r, _ := b.Len(); r > b.maxWaiting {
+		b.forgetGone()
+	}
+	r, _ := b.Len()
+	return b.drain(r > b.maxWaiting)
 }
 
-func (b *Batcher) drain(due func(promise) bool) ([]Renewal, []Ping) {
+// forgetGone drops the renewals of keys that no longer exist: whatever
+// object takes such a key later was never read.
+func (b *Batcher) forgetGone() {
+	for i := range b.shards {
+		s := &b.shards[i]
+		s.mu.Lock()
+		for k := range s.renewals {
+			if !b.exists(k) {
+				delete(s.renewals, k)
+				delete(s.soft, k)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (b *Batcher) drain(all bool) ([]Renewal, []Ping) {
 	var renewals []Renewal
 	var pings []Ping
 	for i := range b.shards {
 		s := &b.shards[i]
 		s.mu.Lock()
-		for k, p := range s.renewals {
-			if due(p) {
-				renewals = append(renewals, Renewal{Key: k, AtMs: p.atMs})
-				delete(s.renewals, k)
+		var rs map[string]promise
+		if all {
+			// Swap in fresh maps and read the old ones outside the lock.
+			rs = s.renewals
+			s.renewals, s.soft = make(map[string]promise), make(map[string]struct{})
+		} else {
+			for k := range s.soft {
+				if p := s.renewals[k]; p.untilMs-p.loggedMs >= b.coalesceMs {
+					renewals = append(renewals, Renewal{Key: k, AtMs: p.atMs})
+					delete(s.renewals, k)
+					delete(s.soft, k)
+				}
 			}
 		}
-		// Swap in a fresh map (sized like the last batch, as load is steady
-		// from tick to tick) and read the old one outside the lock.
+		// Pings are few and steady from tick to tick: a fresh map sized
+		// like the last batch.
 		ps := s.pings
 		s.pings = make(map[string]int64, len(ps))
 		s.mu.Unlock()
+		for k, p := range rs {
+			renewals = append(renewals, Renewal{Key: k, AtMs: p.atMs})
+		}
 		for c, at := range ps {
 			pings = append(pings, Ping{ClientID: c, AtMs: at})
 		}

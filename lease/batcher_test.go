@@ -19,7 +19,7 @@ func TestBatcherConcurrent(t *testing.T) {
 		clients = 50
 		rounds  = 20
 	)
-	b := lease.NewBatcher(1000, 1000)
+	b := lease.NewBatcher(1000, 1000, nil)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -30,7 +30,7 @@ func TestBatcherConcurrent(t *testing.T) {
 			for r := range rounds {
 				for k := range keys {
 					at := int64(((r*7)%rounds)*1000 + w*10 + k%7)
-					b.Renew(fmt.Sprintf("key-%03d", k), at, at+1_000_000, at+1_000_000)
+					b.Renew(fmt.Sprintf("key-%03d", k), at, at+1_000_000, at+1_000_000, false)
 				}
 				for c := range clients {
 					b.Ping(fmt.Sprintf("client-%02d", c), int64(((r*3)%rounds)*100+w))
@@ -67,13 +67,13 @@ func TestBatcherConcurrent(t *testing.T) {
 
 // Records made while Drain runs land in exactly one batch.
 func TestBatcherDrainWhileRecording(t *testing.T) {
-	b := lease.NewBatcher(1000, 1000)
+	b := lease.NewBatcher(1000, 1000, nil)
 	const n = 20000
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for i := range n {
-			b.Renew(fmt.Sprintf("k%05d", i), int64(i), 1<<40, 1<<40)
+			b.Renew(fmt.Sprintf("k%05d", i), int64(i), 1<<40, 1<<40, false)
 			b.Ping(fmt.Sprintf("c%05d", i), int64(i))
 		}
 	}()
@@ -106,141 +106,106 @@ func TestBatcherDrainWhileRecording(t *testing.T) {
 	}
 }
 
-func TestBatcherUrgent(t *testing.T) {
-	tests := []struct {
-		name         string
-		at, deadline int64
-		urgent       bool
-	}{
-		{"far from expiry", 10_000, 15_000, false},
-		{"exactly the threshold left", 10_000, 11_000, false},
-		{"just under the threshold", 10_000, 10_999, true},
-		{"one millisecond left", 10_000, 10_001, true},
-		// A lapsed lease needs no urgent entry: nothing is left to lose.
-		{"expiring now", 10_000, 10_000, false},
-		{"already expired", 10_000, 2_000, false},
-		{"never leased", 10_000, 0, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			b := lease.NewBatcher(1000, 1000)
-			b.Renew("k", tt.at, tt.deadline, tt.at+5000)
-			select {
-			case <-b.Urgent():
-				assert.True(t, tt.urgent, "signalled")
-			default:
-				assert.False(t, tt.urgent, "not signalled")
-			}
-		})
-	}
-}
-
-func TestBatcherUrgentNeverBlocks(t *testing.T) {
-	b := lease.NewBatcher(1000, 1000)
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 1000 {
-				b.Renew(fmt.Sprintf("k%d-%d", w, i), 100, 150, 5100) // all critical, nobody reads Urgent
-			}
-		}()
-	}
-	wg.Wait() // would hang if Renew blocked
-	<-b.Urgent()
-	select {
-	case <-b.Urgent():
-		t.Fatal("more than one pending signal")
-	default:
-	}
-	// Ping never signals.
-	b.Ping("c", 100)
-	select {
-	case <-b.Urgent():
-		t.Fatal("ping signalled")
-	default:
-	}
-}
-
 // TestBatcherCoalesces: a key renewed several times in one batch drains
 // once, at its latest time; a drain starts a fresh batch.
 func TestBatcherCoalesces(t *testing.T) {
-	b := lease.NewBatcher(1000, 1000)
-	b.Renew("k", 500, 10_000, 5500)
-	b.Renew("k", 300, 10_000, 5300) // older: ignored
-	b.Renew("k", 700, 10_000, 5700)
+	b := lease.NewBatcher(1000, 1000, nil)
+	b.Renew("k", 500, 10_000, 5500, false)
+	b.Renew("k", 300, 10_000, 5300, false) // older: ignored
+	b.Renew("k", 700, 10_000, 5700, false)
 	renewals, pings := b.Drain()
 	assert.Equal(t, []lease.Renewal{{Key: "k", AtMs: 700}}, renewals)
 	assert.Empty(t, pings)
 
-	b.Renew("k", 100, 10_000, 5100) // a new batch starts from scratch
+	b.Renew("k", 100, 10_000, 5100, false) // a new batch starts from scratch
 	renewals, _ = b.Drain()
 	assert.Equal(t, []lease.Renewal{{Key: "k", AtMs: 100}}, renewals)
 	renewals, _ = b.Drain()
 	assert.Empty(t, renewals)
 }
 
-// TestBatcherDrainDue: a regular tick takes the renewals that matter now —
-// unleased keys, leases extended by a second or more, leases about to
-// lapse — and every ping; the rest wait, and a flush (Drain) takes them.
+// TestBatcherDrainDue: a regular tick takes every ping and, of the
+// renewals, only a soft-pinned key's that extends its logged lease by the
+// coalescing window; the rest wait for a flush (Drain), lapsed or not.
 func TestBatcherDrainDue(t *testing.T) {
 	const (
-		now  = 100_000
-		tick = 100
-		ttl  = 5000
+		now = 100_000
+		ttl = 5000
 	)
 	tests := []struct {
-		name       string
-		at, logged int64
-		until      int64
-		due        bool
-		dueAfterMs int64 // when it does not wait: how much later it is due
+		name          string
+		logged, until int64
+		softPin       bool
+		due           bool
 	}{
-		{"never leased", now, 0, now + ttl, true, 0},
-		{"lease lapsed", now, now - 1, now + ttl, true, 0},
-		{"extends the logged lease by a second", now, now + ttl - 1000, now + ttl, true, 0},
-		{"extends it by less, lease far off", now, now + ttl - 400, now + ttl, false, ttl - 400 - 2*tick + 1},
-		{"extends it by less, lease lapsing within two ticks", now, now + 2*tick - 1, now + 2*tick + 300, true, 0},
+		{"never leased", 0, now + ttl, false, false},
+		{"lease lapsed", now - 1, now + ttl, false, false},
+		{"live lease extended by a second", now + ttl - 1000, now + ttl, false, false},
+		{"live lease lapsing now", now + 1, now + ttl, false, false},
+		{"soft pin, never leased", 0, now + ttl, true, true},
+		{"soft pin, lease extended by a second", now + ttl - 1000, now + ttl, true, true},
+		{"soft pin, lease extended by less", now + ttl - 999, now + ttl, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := lease.NewBatcher(tick, 1000)
-			b.Renew("k", tt.at, tt.logged, tt.until)
+			b := lease.NewBatcher(1000, 10, nil)
+			b.Renew("k", now, tt.logged, tt.until, tt.softPin)
 			b.Ping("c", now)
-			rs, ps := b.DrainDue(now)
+			rs, ps := b.DrainDue()
 			assert.Equal(t, []lease.Ping{{ClientID: "c", AtMs: now}}, ps, "pings always go")
 			if tt.due {
-				assert.Equal(t, []lease.Renewal{{Key: "k", AtMs: tt.at}}, rs)
+				assert.Equal(t, []lease.Renewal{{Key: "k", AtMs: now}}, rs)
 				return
 			}
-			assert.Empty(t, rs, "waits for a later tick")
-			rs, _ = b.DrainDue(now + tt.dueAfterMs - 1)
-			assert.Empty(t, rs)
-			rs, _ = b.DrainDue(now + tt.dueAfterMs)
-			assert.Equal(t, []lease.Renewal{{Key: "k", AtMs: tt.at}}, rs, "due before the logged lease lapses")
+			assert.Empty(t, rs, "waits for a flush")
+			rs, _ = b.DrainDue()
+			assert.Empty(t, rs, "still waits")
+			rs, _ = b.Drain()
+			assert.Equal(t, []lease.Renewal{{Key: "k", AtMs: now}}, rs, "a flush takes it")
 		})
 	}
 
-	// A key read over and over is logged once per coalescing window, and a
-	// flush takes what waits.
-	b := lease.NewBatcher(tick, 1000)
+	// A soft-pinned key read over and over is logged once per coalescing
+	// window, at its latest read.
+	b := lease.NewBatcher(1000, 10, nil)
 	logged := int64(now + ttl)
-	b.Renew("hot", now, logged, now+ttl)
+	b.Renew("hot", now, logged, now+ttl, true)
 	for at := int64(now + 100); at < now+1000; at += 100 {
-		b.Renew("hot", at, logged, at+ttl)
-		rs, _ := b.DrainDue(at)
+		b.Renew("hot", at, logged, at+ttl, true)
+		rs, _ := b.DrainDue()
 		assert.Empty(t, rs, "at %d: extends the logged lease by %d ms only", at, at-now)
 	}
-	b.Renew("hot", now+1000, logged, now+1000+ttl)
-	rs, _ := b.DrainDue(now + 1000)
+	b.Renew("hot", now+1000, logged, now+1000+ttl, true)
+	rs, _ := b.DrainDue()
 	assert.Equal(t, []lease.Renewal{{Key: "hot", AtMs: now + 1000}}, rs, "a second's worth: due, at the latest read")
-	b.Renew("hot", now+1100, now+1000+ttl, now+1100+ttl)
-	rs, _ = b.DrainDue(now + 1100)
-	assert.Empty(t, rs)
-	rs, _ = b.Drain()
-	assert.Equal(t, []lease.Renewal{{Key: "hot", AtMs: now + 1100}}, rs, "a flush takes the waiting renewal")
+}
+
+// TestBatcherBoundsWhatWaits: once more keys wait than the bound, a
+// regular tick forgets those of keys that are gone, and if that is not
+// enough, takes them all.
+func TestBatcherBoundsWhatWaits(t *testing.T) {
+	gone := map[string]bool{}
+	b := lease.NewBatcher(1000, 3, func(key string) bool { return !gone[key] })
+	for i := range 3 {
+		b.Renew(fmt.Sprintf("k%d", i), 100, 0, 5100, false)
+	}
+	rs, _ := b.DrainDue()
+	assert.Empty(t, rs, "three may wait")
+
+	b.Renew("k3", 100, 0, 5100, true)
+	gone["k1"], gone["k3"] = true, true
+	rs, _ = b.DrainDue()
+	assert.Empty(t, rs, "a fourth is one too many, but two are gone")
 	nr, _ := b.Len()
+	assert.Equal(t, 2, nr)
+
+	for _, k := range []string{"k4", "k5"} {
+		b.Renew(k, 100, 0, 5100, false)
+	}
+	rs, _ = b.DrainDue()
+	assert.Equal(t, []lease.Renewal{{Key: "k0", AtMs: 100}, {Key: "k2", AtMs: 100}, {Key: "k4", AtMs: 100}, {Key: "k5", AtMs: 100}}, rs,
+		"four that exist: all go")
+	nr, _ = b.Len()
 	assert.Zero(t, nr)
 }
 
@@ -249,12 +214,12 @@ func BenchmarkBatcherRenewParallel(b *testing.B) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("model-llama-70b/layer-%02d/chunk-%06d", i%80, i)
 	}
-	bt := lease.NewBatcher(1000, 1000)
+	bt := lease.NewBatcher(1000, 1<<18, nil)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			bt.Renew(keys[i&(len(keys)-1)], int64(i), int64(i)+5000, int64(i)+5000)
+			bt.Renew(keys[i&(len(keys)-1)], int64(i), int64(i)+5000, int64(i)+5000, false)
 			i += 7
 		}
 	})

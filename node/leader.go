@@ -96,7 +96,6 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-n.batcher.Urgent():
 		}
 		if _, err := n.tick(ctx, false); err != nil {
 			n.log.Warn("tick failed", "error", err)
@@ -150,7 +149,7 @@ func (n *Node) tick(ctx context.Context, flush bool) (fsm.Result, error) {
 	if flush || evict || drain {
 		renewals, pings = n.batcher.Drain()
 	} else {
-		renewals, pings = n.batcher.DrainDue(now)
+		renewals, pings = n.batcher.DrainDue()
 	}
 	n.noteRenewed(renewals)
 	start := time.Now()

@@ -92,9 +92,12 @@ type Node struct {
 const (
 	raftDB       = "raft.db"
 	snapshotsDir = "snapshots"
-	// renewalCoalesceMs: a regular tick leaves out renewals that would
-	// extend a key's logged lease by less than this (lease.Batcher).
+	// renewalCoalesceMs: a regular tick takes a soft-pinned key's renewal
+	// once it extends the key's logged lease by this much (lease.Batcher).
 	renewalCoalesceMs = 1000
+	// maxWaitingRenewals bounds the keys whose renewals wait for a flush
+	// (about 100 bytes each); past it, a regular tick logs them all.
+	maxWaitingRenewals = 1 << 18
 )
 
 // New starts a node: it opens or creates the data directory, bootstraps a
@@ -113,17 +116,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, errcode.New(errcode.FileWriteFail, "data dir %s: %v", cfg.DataDir, err)
 	}
-	// A read of a live lease that would lapse before the next regular tick
-	// asks for an immediate one, so its renewal is in the log in time; a
-	// key read again and again is renewed in the log about once a second
-	// (seed 000's bound for standbys).
-	urgentWithinMs := cfg.Tick.Milliseconds()
 	n := &Node{
 		cfg:          cfg,
 		log:          cfg.Logger.With("node", cfg.ID),
 		now:          cfg.Now,
 		sm:           newStateMachine(cfg.ClusterID, cfg.ID, cfg.Now),
-		batcher:      lease.NewBatcher(urgentWithinMs, renewalCoalesceMs),
 		gate:         newGate(),
 		ringCh:       make(chan struct{}, 1),
 		snapCh:       make(chan snapshotDone, 16),
@@ -133,6 +130,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		raftDown:     make(chan struct{}),
 		halted:       make(chan struct{}),
 	}
+	n.batcher = lease.NewBatcher(renewalCoalesceMs, maxWaitingRenewals, func(key string) (ok bool) {
+		n.sm.read(func(f *fsm.FSM) { _, _, ok = f.Lease(key) })
+		return ok
+	})
 	// Raft is started below; the rounds only run once it is.
 	n.leadership = &leadership{
 		verify: func() error { return logRound(n.raft, n.wait) },

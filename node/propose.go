@@ -261,7 +261,7 @@ func (n *Node) batchRead(ctx context.Context, keys []string, read func(f *fsm.FS
 
 // renew records the lease a read returned for a later Tick.
 func (n *Node) renew(g fsm.Grant) {
-	n.batcher.Renew(g.Renewal.Key, g.Renewal.AtMs, g.CurrentMs, g.UntilMs)
+	n.batcher.Renew(g.Renewal.Key, g.Renewal.AtMs, g.CurrentMs, g.UntilMs, g.SoftPin)
 }
 
 // Ping records a client's liveness for the next Tick and reports whether

@@ -244,13 +244,14 @@ func TestRestoreDropsTheLeaseFirst(t *testing.T) {
 	require.NoError(t, err, "reads go on after the restore")
 }
 
-// TestNoRaftEntryPerRead: reads of keys whose lease has lapsed, or was
-// never granted, add no Raft entry (their renewals ride the next regular
-// Tick); a read of a live lease that would lapse before that tick does.
+// TestNoRaftEntryPerRead: reads add no Raft entry, whether the lease they
+// renew has lapsed or is about to; their renewals wait in the batcher, and
+// a removal's flush brings them to the log on every node. A soft-pinned
+// key's renewal rides the next regular tick.
 func TestNoRaftEntryPerRead(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixMilli())
-	// Ticks every hour: any entry the reads cause is an urgent tick.
+	// Ticks every hour: any entry the reads cause is one they asked for.
 	c := newCluster(t, 3, time.Hour, func(cfg *Config) { cfg.Now = clock.Load })
 	nd := c.nodes[c.leader()]
 	c.addressesRecorded()
@@ -261,24 +262,90 @@ func TestNoRaftEntryPerRead(t *testing.T) {
 	// Past the lease Promote granted every object.
 	clock.Add(2 * nd.cfg.Params.LeaseTTLMs)
 	index := func() uint64 { return nd.sm.appliedIndex.Load() }
-	before := index()
-	for i := range 20 {
-		for range 3 {
+	read := func() {
+		for i := range 20 {
 			_, _, err := nd.GetReplicaList(ctx(t), fmt.Sprintf("k%d", i))
 			require.NoError(t, err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // room for an urgent tick, had one been asked for
-	assert.Equal(t, before, index(), "no entry for reads of unleased keys")
-
-	// A tick applies the renewals: k0 now holds a live lease, which would
-	// lapse long before the next regular tick.
+	// The segments' client pings, or its session would lapse with the clock.
+	ping := func() {
+		_, err := nd.Ping(ctx(t), "c1")
+		require.NoError(t, err)
+	}
+	ping()
+	read()
+	// A tick with every renewal: each key now holds a live lease, which
+	// the reads below extend while it is about to lapse.
 	_, err := nd.tick(ctx(t), true)
 	require.NoError(t, err)
-	before = index()
-	_, _, err = nd.GetReplicaList(ctx(t), "k0")
+	clock.Add(nd.cfg.Params.LeaseTTLMs - 50)
+	ping()
+	before := index()
+	read()
+	read()
+	time.Sleep(200 * time.Millisecond) // room for an entry, had one been asked for
+	assert.Equal(t, before, index(), "no entry for reads, lapsed leases or live ones")
+	_, err = nd.tick(ctx(t), false)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return index() == before+1 }, 5*time.Second, 5*time.Millisecond, "an urgent tick for a live lease")
+	waiting, _ := nd.batcher.Len()
+	assert.Equal(t, 20, waiting, "a regular tick leaves them waiting")
+
+	now := clock.Load()
+	r, err := nd.Propose(ctx(t), &fsm.Remove{NowMs: now, Key: "k0"})
+	require.NoError(t, err)
+	assert.Equal(t, errcode.ObjectHasLease, r.Code(), "the removal's flush logged the lease the read returned")
+	c.converged()
+	for _, f := range c.nodes {
+		for i := range 20 {
+			l, ok := leaseOf(f, fmt.Sprintf("k%d", i))
+			require.True(t, ok)
+			assert.Equal(t, now+nd.cfg.Params.LeaseTTLMs, l, "%s k%d: every waiting renewal reached every node", f.cfg.ID, i)
+		}
+	}
+
+	mustPropose(t, nd, &fsm.PutStart{NowMs: now, Key: "pinned", SliceLengths: []uint64{1}, ReplicaNum: 1, ClientID: "c1", SoftPin: true})
+	mustPropose(t, nd, &fsm.PutEnd{NowMs: now, Key: "pinned", ClientID: "c1"})
+	clock.Add(nd.cfg.Params.LeaseTTLMs)
+	_, _, err = nd.GetReplicaList(ctx(t), "pinned")
+	require.NoError(t, err)
+	_, err = nd.tick(ctx(t), false)
+	require.NoError(t, err)
+	waiting, _ = nd.batcher.Len()
+	assert.Zero(t, waiting, "a soft-pinned key's renewal goes with the next regular tick")
+}
+
+// leaseOf returns the read lease nd's state gives key.
+func leaseOf(nd *Node, key string) (leaseMs int64, ok bool) {
+	nd.sm.read(func(f *fsm.FSM) { leaseMs, _, ok = f.Lease(key) })
+	return leaseMs, ok
+}
+
+// TestUnloggedLeaseSurvivesFailover: a lease the old leader returned and
+// never logged holds on the new leader, through its Promote.
+func TestUnloggedLeaseSurvivesFailover(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	c := newCluster(t, 3, time.Hour, func(cfg *Config) { cfg.Now = clock.Load })
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	put(t, c.nodes[l], "k")
+	clock.Add(2 * c.nodes[l].cfg.Params.LeaseTTLMs) // past Promote's lease
+	_, g, err := c.nodes[l].GetReplicaList(ctx(t), "k")
+	require.NoError(t, err)
+	for _, f := range c.nodes {
+		l, _ := leaseOf(f, "k")
+		require.Less(t, l, clock.Load(), "%s: the read's renewal is in no log", f.cfg.ID)
+	}
+
+	target := (l + 1) % 3
+	require.NoError(t, c.nodes[l].TransferLeadership(ctx(t), c.cfgs[target].ID))
+	require.Eventually(t, c.nodes[target].IsLeader, 5*time.Second, 10*time.Millisecond)
+	clock.Add(c.nodes[l].cfg.Params.LeaseTTLMs - 1)
+	require.Greater(t, g.UntilMs, clock.Load())
+	r, err := c.nodes[target].Propose(ctx(t), &fsm.Remove{NowMs: clock.Load(), Key: "k"})
+	require.NoError(t, err)
+	assert.Equal(t, errcode.ObjectHasLease, r.Code(), "the lease returned by the old leader holds")
 }
 
 // TestBatchReadsInOnePass: a batch read answers each key (found, missing,
@@ -299,8 +366,8 @@ func TestBatchReadsInOnePass(t *testing.T) {
 	now := time.Now().UnixMilli()
 	mustPropose(t, nd, &fsm.PutStart{NowMs: now, Key: "writing", SliceLengths: []uint64{1}, ReplicaNum: 1, ClientID: "c1"})
 	keys = append(keys, "missing", "writing", "")
-	// Past the lease Promote granted: no read below asks for an urgent tick,
-	// so the renewals they record stay in the batcher.
+	// Past the lease Promote granted; the renewals the reads below record
+	// wait in the batcher.
 	clock.Add(2 * nd.cfg.Params.LeaseTTLMs)
 	now = clock.Load()
 	_, _ = nd.batcher.Drain()

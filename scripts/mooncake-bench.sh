@@ -22,16 +22,26 @@ cleanup() {
 trap cleanup EXIT
 
 # settle ENDPOINTS: wait until the last master_bench client's segments are
-# gone from moonraft. master_bench stops pinging before it unmounts its 128
-# segments one by one; each unmount drops its objects through Raft, so the
-# last ones can outlive the client's session and still be mounted when the
-# next run mounts segments of the same names (SEGMENT_ALREADY_EXISTS).
+# gone from moonraft and the leader has exported everything to etcd, so a
+# run does not pay for the last one's cleanup. master_bench stops pinging
+# before it unmounts its 128 segments one by one; each unmount drops its
+# objects through Raft, so the last ones can outlive the client's session
+# and still be mounted when the next run mounts segments of the same names
+# (SEGMENT_ALREADY_EXISTS). A failed status (a busy leader past the
+# timeout) proves nothing.
 settle() {
-  for _ in $(seq 1 300); do
-    [ "$("$BIN/moonctl" --endpoints "$1" --timeout 2s segment status 2>/dev/null | grep -c segment_client)" = 0 ] && return
+  local out
+  for _ in $(seq 1 600); do
+    if out=$("$BIN/moonctl" --endpoints "$1" --timeout 2s segment status 2>/dev/null) && ! grep -q segment_client <<<"$out" &&
+      "$BIN/moonctl" --endpoints "$1" --timeout 2s --json status 2>/dev/null | awk -F': ' '
+        /"role"/ { role = $2 } /"applied_seq"/ { applied = $2 + 0 }
+        /"exported_seq"/ { if (role ~ /leader/ && applied == $2 + 0) done = 1 }
+        END { exit !done }'; then
+      return
+    fi
     sleep 0.2
   done
-  echo "segments of the last run still mounted after 60 s" >&2
+  echo "the last run's segments still mounted, or its OpLog not exported, after 120 s" >&2
   exit 1
 }
 

@@ -78,7 +78,7 @@ func (a *ackTracker) ack(seq uint64) uint64 {
 
 func newRawPrimary(store *etcdbridge.Store, async bool) *rawPrimary {
 	p := &rawPrimary{NoAdmin: transport.NoAdmin{Err: errcode.New(errcode.UnavailableInCurrentMode, "not part of the baseline")}, f: fsm.New(), store: store,
-		batcher: lease.NewBatcher(0, 0), acks: ackTracker{acked: map[uint64]bool{}}, async: async, kick: make(chan struct{}, 1)}
+		batcher: lease.NewBatcher(0, 0, nil), acks: ackTracker{acked: map[uint64]bool{}}, async: async, kick: make(chan struct{}, 1)}
 	params := fsm.DefaultParams()
 	params.ExportRingCap = 1 << 40 // the ring only holds what is being written
 	p.f.ApplyCommand(&fsm.Promote{NowMs: p.Now(), LeaderID: "primary", Term: 1, Params: params})
@@ -213,7 +213,7 @@ func (p *rawPrimary) GetReplicaList(_ context.Context, key string) ([]oplog.Repl
 		return o.Payload.Replicas, fsm.Grant{}, nil
 	}
 	if r.Found {
-		p.batcher.Renew(key, r.Grant.Renewal.AtMs, r.Grant.CurrentMs, r.Grant.UntilMs)
+		p.batcher.Renew(key, r.Grant.Renewal.AtMs, r.Grant.CurrentMs, r.Grant.UntilMs, r.Grant.SoftPin)
 	}
 	return r.Replicas, r.Grant, r.Err
 }
@@ -226,7 +226,7 @@ func (p *rawPrimary) ExistKey(_ context.Context, key string) (bool, fsm.Grant, e
 		return true, fsm.Grant{}, nil
 	}
 	if r.Found {
-		p.batcher.Renew(key, r.Grant.Renewal.AtMs, r.Grant.CurrentMs, r.Grant.UntilMs)
+		p.batcher.Renew(key, r.Grant.Renewal.AtMs, r.Grant.CurrentMs, r.Grant.UntilMs, r.Grant.SoftPin)
 	}
 	return r.Found, r.Grant, r.Err
 }
