@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Renewal says that a read at AtMs renewed Key's read lease (and soft pin).
@@ -57,14 +58,15 @@ type Batcher struct {
 	coalesceMs int64
 	maxWaiting int
 	exists     func(key string) bool
+	nextSweep  atomic.Int64 // waiting keys past which DrainDue forgets gone ones
 	shards     [numShards]shard
 }
 
 // NewBatcher returns an empty batcher. A regular tick (DrainDue) takes the
 // renewal of a soft-pinned key once it extends the key's logged lease by
-// coalesceMs or more. Once more than maxWaiting keys wait, it forgets those
+// coalesceMs or more, and keeps what waits bounded: it forgets the renewals
 // of keys that no longer exist (exists reports whether the leader's state
-// holds key), and if that is not enough, takes every renewal.
+// holds key), and takes every renewal once more than maxWaiting keys wait.
 func NewBatcher(coalesceMs int64, maxWaiting int, exists func(key string) bool) *Batcher {
 	b := &Batcher{
 		seed:       maphash.MakeSeed(),
@@ -72,6 +74,7 @@ func NewBatcher(coalesceMs int64, maxWaiting int, exists func(key string) bool) 
 		maxWaiting: maxWaiting,
 		exists:     exists,
 	}
+	b.nextSweep.Store(sweepFloor)
 	for i := range b.shards {
 		b.shards[i].renewals = make(map[string]promise)
 		b.shards[i].soft = make(map[string]struct{})
@@ -127,16 +130,25 @@ func (b *Batcher) Drain() ([]Renewal, []Ping) {
 // other renewals wait for a flush (Drain). An expired promise waits too: it
 // protects nothing any more, but its read time orders eviction (least
 // recently read first), which the flush before an eviction brings to the
-// log. What waits stays bounded: past maxWaiting keys, the renewals of
-// keys removed without a flush (an unmount, an expired client, a forced
-// removal) are forgotten, and if still past it, every renewal is taken.
+// log. What waits stays bounded: whenever the waiting keys have doubled
+// (and number 65,536 or more), the renewals of keys removed without a
+// flush (an unmount, an expired client, a forced removal) are forgotten;
+// past maxWaiting keys, every renewal is taken.
 func (b *Batcher) DrainDue() ([]Renewal, []Ping) {
-	if r, _ := b.Len(); r > b.maxWaiting {
-		b.forgetGone()
-	}
 	r, _ := b.Len()
+	if r > int(b.nextSweep.Load()) {
+		b.forgetGone()
+		r, _ = b.Len()
+		// Twice what is left: each sweep's lookups are paid for by as many
+		// new keys, however many clients come and go.
+		b.nextSweep.Store(int64(max(2*r, sweepFloor)))
+	}
 	return b.drain(r > b.maxWaiting)
 }
+
+// sweepFloor: fewer waiting keys than this are not worth a sweep for gone
+// ones.
+const sweepFloor = 1 << 16
 
 // forgetGone drops the renewals of keys that no longer exist: whatever
 // object takes such a key later was never read.

@@ -180,33 +180,48 @@ func TestBatcherDrainDue(t *testing.T) {
 	assert.Equal(t, []lease.Renewal{{Key: "hot", AtMs: now + 1000}}, rs, "a second's worth: due, at the latest read")
 }
 
-// TestBatcherBoundsWhatWaits: once more keys wait than the bound, a
-// regular tick forgets those of keys that are gone, and if that is not
-// enough, takes them all.
+// TestBatcherBoundsWhatWaits: a regular tick forgets the renewals of gone
+// keys once the waiting keys have doubled, and takes them all once more
+// wait than the bound.
 func TestBatcherBoundsWhatWaits(t *testing.T) {
+	const floor = 1 << 16
 	gone := map[string]bool{}
-	b := lease.NewBatcher(1000, 3, func(key string) bool { return !gone[key] })
-	for i := range 3 {
-		b.Renew(fmt.Sprintf("k%d", i), 100, 0, 5100, false)
+	lookups := 0
+	b := lease.NewBatcher(1000, 3*floor, func(key string) bool { lookups++; return !gone[key] })
+	renew := func(from, to int) {
+		for i := from; i < to; i++ {
+			b.Renew(fmt.Sprint(i), 100, 0, 5100, false)
+		}
 	}
+	waiting := func() int { r, _ := b.Len(); return r }
+
+	renew(0, floor)
 	rs, _ := b.DrainDue()
-	assert.Empty(t, rs, "three may wait")
+	assert.Empty(t, rs)
+	assert.Zero(t, lookups, "not past the floor: no sweep")
 
-	b.Renew("k3", 100, 0, 5100, true)
-	gone["k1"], gone["k3"] = true, true
-	rs, _ = b.DrainDue()
-	assert.Empty(t, rs, "a fourth is one too many, but two are gone")
-	nr, _ := b.Len()
-	assert.Equal(t, 2, nr)
-
-	for _, k := range []string{"k4", "k5"} {
-		b.Renew(k, 100, 0, 5100, false)
+	for i := range floor / 2 {
+		gone[fmt.Sprint(i)] = true
 	}
+	renew(floor, floor+1)
 	rs, _ = b.DrainDue()
-	assert.Equal(t, []lease.Renewal{{Key: "k0", AtMs: 100}, {Key: "k2", AtMs: 100}, {Key: "k4", AtMs: 100}, {Key: "k5", AtMs: 100}}, rs,
-		"four that exist: all go")
-	nr, _ = b.Len()
-	assert.Zero(t, nr)
+	assert.Empty(t, rs)
+	assert.Equal(t, floor+1, lookups, "one past the floor: a sweep")
+	assert.Equal(t, floor/2+1, waiting(), "the gone keys forgotten")
+
+	// The next sweep waits for twice what this one left: floor+2 keys.
+	lookups = 0
+	renew(floor+1, floor+1+floor/2+1)
+	require.Equal(t, floor+2, waiting())
+	rs, _ = b.DrainDue()
+	assert.Empty(t, rs)
+	assert.Zero(t, lookups, "not yet twice what the last sweep left")
+
+	gone = map[string]bool{}
+	renew(2*floor, 4*floor)
+	rs, _ = b.DrainDue()
+	assert.Len(t, rs, 3*floor+2, "past the bound, with nothing gone: all go")
+	assert.Zero(t, waiting())
 }
 
 func BenchmarkBatcherRenewParallel(b *testing.B) {

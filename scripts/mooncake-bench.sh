@@ -45,9 +45,24 @@ settle() {
   exit 1
 }
 
+# quiet: wait (up to 60 s) until the masters' processes use under 15 % of a
+# core over a second, so a run does not share the machine with the last
+# one's background work (snapshots, etcd's OpLog cleanup and compaction).
+quiet() {
+  local before after p
+  for _ in $(seq 1 60); do
+    before=0; after=0
+    for p in "${pids[@]}"; do before=$((before + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+    sleep 1
+    for p in "${pids[@]}"; do after=$((after + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+    [ $((after - before)) -lt "$(($(getconf CLK_TCK) * 15 / 100))" ] && return
+  done
+  echo "  (the masters were still busy after 60 s; going on)" >&2
+}
+
 # bench SYSTEM ADDR [ENDPOINTS]: one master_bench run per operation and
-# client count (with ENDPOINTS, each run waits for the last one's segments
-# to go).
+# client count, each after the last one's work is done (with ENDPOINTS,
+# its segments gone and its OpLog exported; for both, the processes quiet).
 declare -A result
 bench() {
   for op in $OPS; do
@@ -62,6 +77,7 @@ bench() {
       result[$1,$op,$n]=$(sed -n 's/^Operations per second: //p' "$dir/bench.out")
       echo "    ${result[$1,$op,$n]} ops/s" >&2
       [ -z "${3:-}" ] || settle "$3"
+      quiet
     done
   done
 }
