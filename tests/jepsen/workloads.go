@@ -453,10 +453,15 @@ func (c *client) leaseOp() {
 			c.remove(WLease, key, false)
 			return
 		}
-		if c.leaseLastOK != nil {
-			key := c.leaseLastOK.Key
+		if read := c.leaseLastOK; read != nil {
 			c.leaseLastOK = nil
-			c.remove(WLease, key, false)
+			// A remove left without an answer (no leader, a timeout) is
+			// tried again while the lease lasts: across a failover, the
+			// next leader must refuse it too.
+			op := c.remove(WLease, read.Key, false)
+			if (op.Status == StatusUnknown || op.Status == StatusFail) && time.Now().UnixMilli() < read.LeaseUntilMs {
+				c.leaseLastOK = read
+			}
 		}
 	}
 }
