@@ -131,12 +131,12 @@ func (b *Batcher) Drain() ([]Renewal, []Ping) {
 // protects nothing any more, but its read time orders eviction (least
 // recently read first), which the flush before an eviction brings to the
 // log. What waits stays bounded: whenever the waiting keys have doubled
-// (and number 65,536 or more), the renewals of keys removed without a
-// flush (an unmount, an expired client, a forced removal) are forgotten;
-// past maxWaiting keys, every renewal is taken.
+// (and number 65,536 or more) or pass maxWaiting, the renewals of keys
+// removed without a flush (an unmount, an expired client, a forced
+// removal) are forgotten; if still past maxWaiting, every renewal is taken.
 func (b *Batcher) DrainDue() ([]Renewal, []Ping) {
 	r, _ := b.Len()
-	if r > int(b.nextSweep.Load()) {
+	if r > min(int(b.nextSweep.Load()), b.maxWaiting) {
 		b.forgetGone()
 		r, _ = b.Len()
 		// Twice what is left: each sweep's lookups are paid for by as many

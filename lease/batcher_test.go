@@ -222,6 +222,15 @@ func TestBatcherBoundsWhatWaits(t *testing.T) {
 	rs, _ = b.DrainDue()
 	assert.Len(t, rs, 3*floor+2, "past the bound, with nothing gone: all go")
 	assert.Zero(t, waiting())
+
+	// The next doubling is past the bound now; the bound sweeps first.
+	renew(4*floor, 7*floor+1)
+	for i := 4 * floor; i < 5*floor; i++ {
+		gone[fmt.Sprint(i)] = true
+	}
+	rs, _ = b.DrainDue()
+	assert.Empty(t, rs, "past the bound, but the gone keys forgotten bring it under")
+	assert.Equal(t, 2*floor+1, waiting())
 }
 
 func BenchmarkBatcherRenewParallel(b *testing.B) {
