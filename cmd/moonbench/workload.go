@@ -358,6 +358,7 @@ func runStep(ctx context.Context, b *bench, systems []system, sys system, name s
 	var (
 		measuring atomic.Bool
 		items     atomic.Int64
+		done      atomic.Int64 // items done, measured or not
 		errs      atomic.Int64
 		firstErr  atomic.Pointer[string]
 		mu        sync.Mutex
@@ -377,6 +378,9 @@ func runStep(ctx context.Context, b *bench, systems []system, sys system, name s
 				n, err := w.op(octx, b, rng)
 				d := time.Since(start)
 				ocancel()
+				if err == nil {
+					done.Add(int64(n))
+				}
 				if !measuring.Load() || sctx.Err() != nil {
 					continue
 				}
@@ -399,7 +403,15 @@ func runStep(ctx context.Context, b *bench, systems []system, sys system, name s
 	case <-ctx.Done():
 	case <-time.After(b.cfg.warmup):
 	}
-	etcd0, at0 := etcdNow(ctx, sys)
+	// etcd's counters are read over HTTP while the load runs: the items
+	// done by then (the mean of before and after the read) are what they
+	// count, whatever the read's delay.
+	etcdAt := func() (etcdLoad, time.Time, float64) {
+		before := done.Load()
+		l, at := etcdNow(ctx, sys)
+		return l, at, float64(before+done.Load()) / 2
+	}
+	etcd0, at0, done0 := etcdAt()
 	lagDone := make(chan lagStats, 1)
 	lctx, lcancel := context.WithCancel(sctx)
 	go func() { lagDone <- sampleLag(lctx, sys) }()
@@ -431,7 +443,7 @@ func runStep(ctx context.Context, b *bench, systems []system, sys system, name s
 	elapsed := time.Since(start)
 	cpuUsed, cpuKnown := cpu()
 	res.SlowLogWrites = slow()
-	etcd1, at1 := etcdNow(ctx, sys)
+	etcd1, at1, done1 := etcdAt()
 	lcancel()
 	cancel()
 	wg.Wait()
@@ -451,12 +463,12 @@ func runStep(ctx context.Context, b *bench, systems []system, sys system, name s
 	res.OpsPerSec = float64(res.Ops) / res.Seconds
 	slices.Sort(lats)
 	res.P50Ms, res.P99Ms, res.P999Ms = ms(quantile(lats, 0.5)), ms(quantile(lats, 0.99)), ms(quantile(lats, 0.999))
-	if span := at1.Sub(at0).Seconds(); etcd0.known && etcd1.known && res.Ops > 0 && span > 0 {
-		// Rates over the counters' own window, which reading them over
-		// HTTP makes a little wider than the measured one.
+	if span := at1.Sub(at0).Seconds(); etcd0.known && etcd1.known && done1 > done0 && span > 0 {
+		// Over the counters' own window, which reading them over HTTP
+		// makes a little wider than the measured one.
 		res.EtcdTxnsPerSec = (etcd1.txns - etcd0.txns) / span
-		res.EtcdTxnsPer1kOps = res.EtcdTxnsPerSec / res.OpsPerSec * 1000
-		res.EtcdBytesPer1kOps = (etcd1.bytes - etcd0.bytes) / span / res.OpsPerSec * 1000
+		res.EtcdTxnsPer1kOps = (etcd1.txns - etcd0.txns) / (done1 - done0) * 1000
+		res.EtcdBytesPer1kOps = (etcd1.bytes - etcd0.bytes) / (done1 - done0) * 1000
 	}
 	res.LagP50Ms, res.LagP99Ms, res.LagSamples = ms(lag.p50), ms(lag.p99), lag.n
 	if cpuKnown && cpuUsed[0] > 0 && res.Ops > 0 {
