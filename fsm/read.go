@@ -188,7 +188,8 @@ func (f *FSM) ObjectSetDigest() [32]byte {
 }
 
 // Lease returns key's read-lease and soft-pin deadlines (soft pin 0 when the
-// object is not soft-pinned), for the lease_renewals/ export.
+// object is not soft-pinned), for the lease_renewals/ export; ok is false
+// when key holds no object (the renewal batcher forgets such keys).
 func (f *FSM) Lease(key string) (leaseMs, softPinMs int64, ok bool) {
 	o, ok := f.getObject(key)
 	if !ok {

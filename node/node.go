@@ -96,7 +96,8 @@ const (
 	// once it extends the key's logged lease by this much (lease.Batcher).
 	renewalCoalesceMs = 1000
 	// maxWaitingRenewals bounds the keys whose renewals wait for a flush
-	// (about 100 bytes each); past it, a regular tick logs them all.
+	// (about 100 bytes each); past it, a regular tick forgets those of
+	// gone keys and, if still past it, logs them all.
 	maxWaitingRenewals = 1 << 18
 )
 
