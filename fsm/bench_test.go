@@ -66,6 +66,41 @@ func BenchmarkPutPair(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
 }
 
+// BenchmarkGetReplicaList: the state's part of a read, one key at a time in
+// random order out of 160,000 objects (master_bench's prefill at 16
+// clients), found through the object tree (a follower's state) and through
+// the key index (the leader's).
+func BenchmarkGetReplicaList(b *testing.B) {
+	const n = 160_000
+	f := benchState(b, n, 0.5)
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := make([]string, 4096)
+	for i := range keys {
+		keys[i] = benchKey(rng.IntN(n))
+	}
+	for _, indexed := range []bool{false, true} {
+		b.Run(map[bool]string{false: "tree", true: "index"}[indexed], func(b *testing.B) {
+			f.IndexKeys(indexed)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if r := f.GetReplicaList(keys[i%len(keys)], f.nowMs); !r.Found {
+					b.Fatal(r.Err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkIndexKeys1M: building the key index of 1,000,000 objects, which
+// a new leader does once promoted, before it serves.
+func BenchmarkIndexKeys1M(b *testing.B) {
+	f := benchState(b, 1_000_000, 0.5)
+	for b.Loop() {
+		f.IndexKeys(false)
+		f.IndexKeys(true)
+	}
+}
+
 // BenchmarkTickRenewals: a Tick carrying 1,500 read-lease renewals (seed
 // 000's peak of 15,000 renewals/s at 10 ticks/s) into 100,000 objects.
 func BenchmarkTickRenewals(b *testing.B) {

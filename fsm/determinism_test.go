@@ -12,8 +12,11 @@ import (
 
 // TestDeterminism feeds the same seeded stream of 100,000 commands to two
 // FSMs, and from the middle on to a third restored from a snapshot of the
-// first. At every checkpoint all of them have equal digests, equal OpLog
-// output and hold every invariant. The stream must exercise every command
+// first. The second and third keep the leader's key index (IndexKeys); the
+// second drops it every 200 commands and fills it again a key every few
+// commands, so that commands meet it partly built. At every
+// checkpoint all of them have equal digests, equal OpLog output and hold
+// every invariant, the index matching the object tree among them. The stream must exercise every command
 // with both outcomes, or the test proves little: that is checked too.
 func TestDeterminism(t *testing.T) {
 	const (
@@ -24,6 +27,7 @@ func TestDeterminism(t *testing.T) {
 	rng := rand.New(rand.NewPCG(20261121, 1))
 	g := newGen(rng)
 	a, b := New(), New()
+	b.IndexKeys(true)
 	var c *FSM
 	var outA, outB, outC []oplog.Entry
 	collect := func(f *FSM, out *[]oplog.Entry, seqBefore uint64) {
@@ -36,12 +40,19 @@ func TestDeterminism(t *testing.T) {
 	type outcome struct{ ok, failed int }
 	seen := map[CmdType]*outcome{}
 	var evicted, removed uint64
+	partial := 0 // commands applied to b with its key index partly built
 	for i := 1; i <= total; i++ {
 		cmd := g.next(a)
 		entry := Encode(cmd)
 		seqA, seqB := a.appliedSeq, b.appliedSeq
 		ra := a.Apply(entry)
+		if !b.indexDone {
+			partial++
+		}
 		rb := b.Apply(entry)
+		if i%8 == 0 {
+			b.IndexSome(1)
+		}
 		require.Equal(t, ra, rb, "command %d (%T): results differ", i, cmd)
 		collect(a, &outA, seqA)
 		collect(b, &outB, seqB)
@@ -49,6 +60,11 @@ func TestDeterminism(t *testing.T) {
 			seqC := c.appliedSeq
 			require.Equal(t, ra, c.Apply(entry), "command %d: restored FSM differs", i)
 			collect(c, &outC, seqC)
+		}
+		if i%200 == 0 {
+			require.NoError(t, b.CheckInvariants(), "command %d", i)
+			b.IndexKeys(false)
+			b.IndexKeys(true)
 		}
 		o := seen[cmd.Type()]
 		if o == nil {
@@ -66,6 +82,7 @@ func TestDeterminism(t *testing.T) {
 			var buf bytes.Buffer
 			require.NoError(t, a.Snapshot().Write(&buf, snapshots.Header{RaftIndex: uint64(i)}))
 			c = New()
+			c.IndexKeys(true)
 			h, err := c.Restore(&buf)
 			require.NoError(t, err)
 			require.Equal(t, a.appliedSeq, h.AppliedSeq)
@@ -73,6 +90,7 @@ func TestDeterminism(t *testing.T) {
 		}
 		if i%checkEvery == 0 {
 			require.NoError(t, a.CheckInvariants(), "command %d", i)
+			require.NoError(t, b.CheckInvariants(), "command %d", i)
 			da := a.Digest()
 			require.Equal(t, da, b.Digest(), "digest at command %d", i)
 			require.Equal(t, outA, outB, "OpLog output at command %d", i)
@@ -95,6 +113,7 @@ func TestDeterminism(t *testing.T) {
 		require.Positive(t, seen[typ].failed, "%v never failed", typ)
 	}
 	require.Positive(t, evicted, "no eviction happened")
+	require.Greater(t, partial, total/10, "the key index was rarely partly built (%d objects at the end)", a.objects.Len())
 	require.Greater(t, removed, evicted, "no other removal happened")
 	sources := map[oplog.Source]int{}
 	for i, e := range outA {

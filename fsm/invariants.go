@@ -10,12 +10,12 @@ import (
 // lie inside their segment and never overlap; each allocator's free extents
 // are exactly the gaps between them, maximal (coalesced); the used and
 // capacity counters match; every segment belongs to its client's session;
-// the PROCESSING index matches the objects; the export ring is gapless and
+// the PROCESSING index and the key index match the objects; the export ring is gapless and
 // ends at the applied seq. Tests and the fault suite call it; it is O(state).
 func (f *FSM) CheckInvariants() error {
 	used := map[*segment][]freeRange{}
 	var err error
-	procs := 0
+	procs, indexed := 0, 0
 	f.objects.Ascend(func(it objItem) bool {
 		o := it.obj
 		if len(o.replicas) == 0 {
@@ -36,6 +36,16 @@ func (f *FSM) CheckInvariants() error {
 				err = fmt.Errorf("object %q: replica holds %d bytes, object is %d", it.key, sum, o.size)
 				return false
 			}
+		}
+		if io, ok := f.byKey[it.key]; ok {
+			indexed++
+			if io.obj != o || io.key != it.key {
+				err = fmt.Errorf("object %q is not what the key index holds", it.key)
+				return false
+			}
+		} else if f.byKey != nil && (f.indexDone || it.key < f.indexNext) {
+			err = fmt.Errorf("object %q is missing from the key index", it.key)
+			return false
 		}
 		if o.processing() {
 			procs++
@@ -64,6 +74,9 @@ func (f *FSM) CheckInvariants() error {
 	}
 	for _, d := range f.discarded {
 		held(d.replicas)
+	}
+	if len(f.byKey) != indexed {
+		return fmt.Errorf("key index holds %d keys that are no object", len(f.byKey)-indexed)
 	}
 	if procs != f.processing.len() {
 		return fmt.Errorf("PROCESSING index holds %d entries for %d objects", f.processing.len(), procs)

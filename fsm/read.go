@@ -42,14 +42,14 @@ func (f *FSM) GetReplicaList(key string, nowMs int64) KeyRead {
 	if err := validateKey(key); err != nil {
 		return KeyRead{Err: err}
 	}
-	o, ok := f.getObject(key)
+	it, ok := f.findObject(key)
 	if !ok {
 		return KeyRead{Err: errcode.New(errcode.ObjectNotFound, "key %q not found", key)}
 	}
-	if !o.complete() {
+	if !it.obj.complete() {
 		return KeyRead{Err: errcode.New(errcode.ReplicaIsNotReady, "key %q is still being written", key)}
 	}
-	return KeyRead{Replicas: o.descriptors(), Found: true, Grant: f.grant(key, o, nowMs)}
+	return KeyRead{Replicas: it.obj.descriptors(), Found: true, Grant: f.grant(it.key, it.obj, nowMs)}
 }
 
 // ExistKey reports whether key exists and is complete; if so it grants a
@@ -58,11 +58,11 @@ func (f *FSM) ExistKey(key string, nowMs int64) KeyRead {
 	if err := validateKey(key); err != nil {
 		return KeyRead{Err: err}
 	}
-	o, ok := f.getObject(key)
-	if !ok || !o.complete() {
+	it, ok := f.findObject(key)
+	if !ok || !it.obj.complete() {
 		return KeyRead{}
 	}
-	return KeyRead{Found: true, Grant: f.grant(key, o, nowMs)}
+	return KeyRead{Found: true, Grant: f.grant(it.key, it.obj, nowMs)}
 }
 
 // KeyReplicas is one object found by GetReplicaListByRegex.

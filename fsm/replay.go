@@ -332,8 +332,9 @@ func (f *FSM) discard(key string, o *object) {
 	f.forget(key)
 }
 
-// forget takes o out of the object tree and the PROCESSING index.
+// forget takes o out of the object tree and its indexes.
 func (f *FSM) forget(key string) {
 	f.objects.Delete(objItem{key: key})
+	delete(f.byKey, key)
 	f.processing.remove(key)
 }

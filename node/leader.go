@@ -51,6 +51,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	n.leadership.drop()
 	defer n.leadership.drop()
 	defer n.promotedTerm.Store(0)
+	defer n.sm.setIndexKeys(false)
 	n.log.Info("became leader, promoting")
 	var term uint64
 	for {
@@ -83,9 +84,11 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			}()
 		}
 	}
+	n.sm.setIndexKeys(true)
 	n.promotedTerm.Store(term)
 	n.leaderSignal.fire()
 	n.log.Info("promotion done, serving")
+	n.sm.fillKeyIndex(ctx)
 	if err := n.recordMember(ctx, n.cfg.ID, n.cfg.GRPCAddr); err != nil {
 		n.log.Warn("could not record this node's client address", "error", err)
 	}

@@ -1,8 +1,10 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -35,6 +37,9 @@ type stateMachine struct {
 	// leave this node's state different from the others', so it applies
 	// nothing more and takes no snapshot; its owner stops the process.
 	halt error
+	// indexKeys: the leader's state keeps its key index (fsm.IndexKeys),
+	// across a Restore too.
+	indexKeys bool
 
 	appliedIndex atomic.Uint64
 	appliedTerm  atomic.Uint64
@@ -125,11 +130,38 @@ func (s *stateMachine) Restore(rc io.ReadCloser) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	next.IndexKeys(s.indexKeys)
+	next.IndexSome(math.MaxInt)
 	s.f = next
 	s.appliedIndex.Store(h.RaftIndex)
 	s.appliedTerm.Store(h.RaftTerm)
 	return nil
 }
+
+// setIndexKeys starts or drops the state's key index (fsm.IndexKeys): the
+// leader looks keys up for reads, followers only apply.
+func (s *stateMachine) setIndexKeys(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.indexKeys = on
+	s.f.IndexKeys(on)
+}
+
+// fillKeyIndex fills a started key index, indexKeysStep objects at a time so
+// that applies and reads wait at most a few milliseconds for each step.
+func (s *stateMachine) fillKeyIndex(ctx context.Context) {
+	for ctx.Err() == nil {
+		s.mu.Lock()
+		done := s.f.IndexSome(indexKeysStep)
+		s.mu.Unlock()
+		if done {
+			return
+		}
+	}
+}
+
+// indexKeysStep: ~4 ms of index building at ~0.4 µs per object.
+const indexKeysStep = 10_000
 
 // read runs fn with the state read-locked.
 func (s *stateMachine) read(fn func(f *fsm.FSM)) {
