@@ -7,6 +7,7 @@
 package mooncakeapi
 
 import (
+	"encoding/binary"
 	"reflect"
 
 	"github.com/moonraft/moonraft/structpack"
@@ -121,6 +122,54 @@ type GetReplicaListResponse struct {
 	Replicas       []ReplicaDescriptor
 	LeaseTTLMs     uint64
 	ObjectChecksum *uint64
+}
+
+// A read's answer is encoded by hand (structpack.Packer) when its replicas
+// are all in memory, the answer of nearly every read: the reflection walk
+// took 0.8 µs a key at BatchGet.
+
+// PackMaxLen is part of structpack.Packer.
+func (r *GetReplicaListResponse) PackMaxLen() (int, bool) {
+	n := len(r.Replicas)
+	for i := range r.Replicas {
+		m, ok := r.Replicas[i].memory()
+		if !ok {
+			return 0, false
+		}
+		n = max(n, len(m.Buffer.Protocol), len(m.Buffer.TransportEndpoint))
+	}
+	return n, true
+}
+
+// AppendPack is part of structpack.Packer.
+func (r *GetReplicaListResponse) AppendPack(b []byte, width int) ([]byte, bool) {
+	for i := range r.Replicas {
+		if _, ok := r.Replicas[i].memory(); !ok {
+			return b, false
+		}
+	}
+	b = structpack.AppendLength(b, width, len(r.Replicas))
+	for i := range r.Replicas {
+		rep := &r.Replicas[i]
+		m, _ := rep.memory()
+		b = binary.LittleEndian.AppendUint64(b, rep.ID)
+		b = append(b, 0) // the variant's alternative: MemoryDescriptor
+		b = binary.LittleEndian.AppendUint64(b, m.Buffer.Size)
+		b = binary.LittleEndian.AppendUint64(b, m.Buffer.BufferAddress)
+		b = append(structpack.AppendLength(b, width, len(m.Buffer.Protocol)), m.Buffer.Protocol...)
+		b = append(structpack.AppendLength(b, width, len(m.Buffer.TransportEndpoint)), m.Buffer.TransportEndpoint...)
+		b = binary.LittleEndian.AppendUint32(b, uint32(rep.Status))
+	}
+	b = binary.LittleEndian.AppendUint64(b, r.LeaseTTLMs)
+	if r.ObjectChecksum == nil {
+		return append(b, 0), true
+	}
+	return binary.LittleEndian.AppendUint64(append(b, 1), *r.ObjectChecksum), true
+}
+
+func (r *ReplicaDescriptor) memory() (MemoryDescriptor, bool) {
+	m, ok := r.Descriptor.value.(MemoryDescriptor)
+	return m, ok && r.Descriptor.index == 0
 }
 
 // PingResponse (rpc_types.h); ClientStatus: 0 undefined, 1 OK, 2 NEED_REMOUNT.

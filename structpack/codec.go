@@ -28,6 +28,12 @@ func Marshal(v any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if l.packer {
+		// A Packer is reached through its address.
+		p := reflect.New(rv.Type())
+		p.Elem().Set(rv)
+		rv = p.Elem()
+	}
 	width := lengthWidth(maxLen(rv, l))
 	meta := byte(metaTypeLiteral)
 	switch width {
@@ -80,6 +86,11 @@ func maxLen(v reflect.Value, l *layout) int {
 	if l.trivial {
 		return 0
 	}
+	if l.packer && v.CanAddr() {
+		if n, ok := v.Addr().Interface().(Packer).PackMaxLen(); ok {
+			return n
+		}
+	}
 	switch v.Kind() {
 	case reflect.String:
 		return v.Len()
@@ -122,18 +133,7 @@ type encoder struct {
 	width int
 }
 
-func (e *encoder) length(n int) {
-	switch e.width {
-	case 1:
-		e.b = append(e.b, byte(n))
-	case 2:
-		e.b = binary.LittleEndian.AppendUint16(e.b, uint16(n))
-	case 4:
-		e.b = binary.LittleEndian.AppendUint32(e.b, uint32(n))
-	default:
-		e.b = binary.LittleEndian.AppendUint64(e.b, uint64(n))
-	}
-}
+func (e *encoder) length(n int) { e.b = AppendLength(e.b, e.width, n) }
 
 func (e *encoder) value(v reflect.Value, l *layout) error {
 	switch l.class {
@@ -163,6 +163,12 @@ func (e *encoder) value(v reflect.Value, l *layout) error {
 		e.b = append(e.b, make([]byte, l.size)...)
 		putTrivial(e.b[start:], v, l)
 		return nil
+	}
+	if l.packer && v.CanAddr() {
+		var ok bool
+		if e.b, ok = v.Addr().Interface().(Packer).AppendPack(e.b, e.width); ok {
+			return nil
+		}
 	}
 	switch v.Kind() {
 	case reflect.String:
