@@ -82,10 +82,14 @@ type (
 	}
 )
 
-// DescriptorVariant is Replica::Descriptor's std::variant.
+// DescriptorVariant is Replica::Descriptor's std::variant. A memory
+// replica, nearly every one, is held unboxed: a read's answer allocates
+// none for it.
 type DescriptorVariant struct {
 	index int
-	value any
+	mem   MemoryDescriptor // alternative 0, when isMem
+	isMem bool
+	value any // the other alternatives
 }
 
 func (v *DescriptorVariant) Alternatives() []reflect.Type {
@@ -94,13 +98,26 @@ func (v *DescriptorVariant) Alternatives() []reflect.Type {
 		reflect.TypeFor[LocalDiskDescriptor](), reflect.TypeFor[DistributedFSDescriptor](),
 	}
 }
-func (v *DescriptorVariant) Index() int       { return v.index }
-func (v *DescriptorVariant) Value() any       { return v.value }
-func (v *DescriptorVariant) Set(i int, x any) { v.index, v.value = i, x }
+func (v *DescriptorVariant) Index() int { return v.index }
+
+func (v *DescriptorVariant) Value() any {
+	if v.isMem {
+		return v.mem
+	}
+	return v.value
+}
+
+func (v *DescriptorVariant) Set(i int, x any) {
+	if m, ok := x.(MemoryDescriptor); ok && i == 0 {
+		*v = Memory(m.Buffer)
+		return
+	}
+	*v = DescriptorVariant{index: i, value: x}
+}
 
 // Memory returns a variant holding a memory replica's buffer.
 func Memory(b BufferDescriptor) DescriptorVariant {
-	return DescriptorVariant{index: 0, value: MemoryDescriptor{Buffer: b}}
+	return DescriptorVariant{index: 0, mem: MemoryDescriptor{Buffer: b}, isMem: true}
 }
 
 // ReplicaStatus values (replica.h).
@@ -167,9 +184,8 @@ func (r *GetReplicaListResponse) AppendPack(b []byte, width int) ([]byte, bool) 
 	return binary.LittleEndian.AppendUint64(append(b, 1), *r.ObjectChecksum), true
 }
 
-func (r *ReplicaDescriptor) memory() (MemoryDescriptor, bool) {
-	m, ok := r.Descriptor.value.(MemoryDescriptor)
-	return m, ok && r.Descriptor.index == 0
+func (r *ReplicaDescriptor) memory() (*MemoryDescriptor, bool) {
+	return &r.Descriptor.mem, r.Descriptor.isMem
 }
 
 // PingResponse (rpc_types.h); ClientStatus: 0 undefined, 1 OK, 2 NEED_REMOUNT.
