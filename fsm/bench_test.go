@@ -81,6 +81,7 @@ func BenchmarkGetReplicaList(b *testing.B) {
 	for _, indexed := range []bool{false, true} {
 		b.Run(map[bool]string{false: "tree", true: "index"}[indexed], func(b *testing.B) {
 			f.IndexKeys(indexed)
+			f.IndexSome(n)
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				if r := f.GetReplicaList(keys[i%len(keys)], f.nowMs); !r.Found {
@@ -98,6 +99,9 @@ func BenchmarkIndexKeys1M(b *testing.B) {
 	for b.Loop() {
 		f.IndexKeys(false)
 		f.IndexKeys(true)
+		if !f.IndexSome(1_000_000) {
+			b.Fatal("the index is not complete")
+		}
 	}
 }
 
@@ -193,19 +197,28 @@ func BenchmarkSnapshot1M(b *testing.B) {
 }
 
 // BenchmarkHeapPerObject measures live heap bytes per complete object
-// (one replica, one slice), key bytes aside.
+// (one replica, one slice), key bytes aside: a follower's state, and the
+// leader's with its key index.
 func BenchmarkHeapPerObject(b *testing.B) {
 	const n = 1_000_000
-	for i := 0; i < b.N; i++ {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		f := benchState(b, n, 0.5)
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		keyBytes := n * len(benchKey(0))
-		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)-int64(keyBytes))/n, "B/object")
-		runtime.KeepAlive(f)
+	for _, leader := range []bool{false, true} {
+		b.Run(map[bool]string{false: "follower", true: "leader"}[leader], func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				f := benchState(b, n, 0.5)
+				if leader {
+					f.IndexKeys(true)
+					f.IndexSome(n)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				keyBytes := n * len(benchKey(0))
+				b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)-int64(keyBytes))/n, "B/object")
+				runtime.KeepAlive(f)
+			}
+		})
 	}
 }
 

@@ -273,7 +273,7 @@ func (f *FSM) exportFull() error {
 // answer, only how fast it comes: the tree stays for ordered scans and the
 // snapshot's copy-on-write clone. A started index fills in key order
 // through IndexSome, so that no single call holds the state for long
-// (~0.4 s per million objects in all).
+// (~0.5 s per million objects in all).
 func (f *FSM) IndexKeys(on bool) {
 	switch {
 	case !on:

@@ -85,10 +85,16 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		}
 	}
 	n.sm.setIndexKeys(true)
+	// The key index fills beside the ticker, which must not wait for it.
+	filled := make(chan struct{})
+	go func() {
+		defer close(filled)
+		n.sm.fillKeyIndex(ctx)
+	}()
+	defer func() { <-filled }()
 	n.promotedTerm.Store(term)
 	n.leaderSignal.fire()
 	n.log.Info("promotion done, serving")
-	n.sm.fillKeyIndex(ctx)
 	if err := n.recordMember(ctx, n.cfg.ID, n.cfg.GRPCAddr); err != nil {
 		n.log.Warn("could not record this node's client address", "error", err)
 	}
