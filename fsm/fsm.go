@@ -269,7 +269,7 @@ func (f *FSM) exportFull() error {
 // IndexKeys starts (on) or drops the hash index of the objects by key. The
 // leader, which looks keys up by the hundred thousand a second for reads,
 // keeps one; followers, which only apply writes, are spared its cost (a
-// map insert per write, ~55 bytes per object). The index changes no
+// map insert per write, ~100 bytes per object). The index changes no
 // answer, only how fast it comes: the tree stays for ordered scans and the
 // snapshot's copy-on-write clone. A started index fills in key order
 // through IndexSome, so that no single call holds the state for long

@@ -10,8 +10,9 @@ import (
 // lie inside their segment and never overlap; each allocator's free extents
 // are exactly the gaps between them, maximal (coalesced); the used and
 // capacity counters match; every segment belongs to its client's session;
-// the PROCESSING index and the key index match the objects; the export ring is gapless and
-// ends at the applied seq. Tests and the fault suite call it; it is O(state).
+// the PROCESSING index and the key index match the objects; the export
+// ring is gapless and ends at the applied seq. Tests and the fault suite
+// call it; it is O(state).
 func (f *FSM) CheckInvariants() error {
 	used := map[*segment][]freeRange{}
 	var err error
