@@ -82,10 +82,11 @@ func TestDeterminism(t *testing.T) {
 			var buf bytes.Buffer
 			require.NoError(t, a.Snapshot().Write(&buf, snapshots.Header{RaftIndex: uint64(i)}))
 			c = New()
-			c.IndexKeys(true)
 			h, err := c.Restore(&buf)
 			require.NoError(t, err)
 			require.Equal(t, a.appliedSeq, h.AppliedSeq)
+			c.IndexKeys(true)
+			require.True(t, c.IndexSome(c.objects.Len()), "the index of a restored state fills")
 			outC = append([]oplog.Entry(nil), outA...)
 		}
 		if i%checkEvery == 0 {

@@ -112,6 +112,9 @@ type Stats struct {
 	// LeaderMooncakeAddr is its Mooncake-protocol address ("" if none).
 	LeaderMooncakeAddr string
 	Term               uint64
+	// KeyIndex: the key index covers every object (the leader's, once
+	// filled after its promotion; docs/STATE_MACHINE.md).
+	KeyIndex bool
 }
 
 // Stats returns counters of the state.
@@ -130,6 +133,7 @@ func (f *FSM) Stats() Stats {
 		LeaderAddr:         f.leaderAddr,
 		LeaderMooncakeAddr: f.leaderMooncakeAddr,
 		Term:               f.term,
+		KeyIndex:           f.byKey != nil && f.indexDone,
 	}
 }
 

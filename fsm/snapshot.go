@@ -309,8 +309,7 @@ func encodeReplicas(e *enc, rs []replica, segIndex map[*segment]uint64) {
 
 // Restore replaces the state with the snapshot read from r. The new state is
 // built aside and validated — checksum, canonical order, every invariant —
-// and swapped in only if all of it holds; on error f is unchanged. A key
-// index (IndexKeys) is rebuilt whole for the new state.
+// and swapped in only if all of it holds; on error f is unchanged.
 func (f *FSM) Restore(r io.Reader) (snapshots.Header, error) {
 	sr, err := snapshots.NewReader(r)
 	if err != nil {
@@ -320,8 +319,6 @@ func (f *FSM) Restore(r io.Reader) (snapshots.Header, error) {
 	if err != nil {
 		return snapshots.Header{}, err
 	}
-	nf.IndexKeys(f.byKey != nil)
-	nf.IndexSome(nf.objects.Len())
 	*f = *nf
 	return sr.Header(), nil
 }

@@ -160,15 +160,14 @@ func (r *GetReplicaListResponse) PackMaxLen() (int, bool) {
 
 // AppendPack is part of structpack.Packer.
 func (r *GetReplicaListResponse) AppendPack(b []byte, width int) ([]byte, bool) {
-	for i := range r.Replicas {
-		if _, ok := r.Replicas[i].memory(); !ok {
-			return b, false
-		}
-	}
+	start := len(b)
 	b = structpack.AppendLength(b, width, len(r.Replicas))
 	for i := range r.Replicas {
 		rep := &r.Replicas[i]
-		m, _ := rep.memory()
+		m, ok := rep.memory()
+		if !ok {
+			return b[:start], false
+		}
 		b = binary.LittleEndian.AppendUint64(b, rep.ID)
 		b = append(b, 0) // the variant's alternative: MemoryDescriptor
 		b = binary.LittleEndian.AppendUint64(b, m.Buffer.Size)

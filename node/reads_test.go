@@ -427,3 +427,37 @@ func TestNoLeaseReadBeforeThisTermsPromote(t *testing.T) {
 	_, _, err = nd.GetReplicaList(ctx(t), "k")
 	assert.NoError(t, err)
 }
+
+// TestLeaderKeepsTheKeyIndex: the leader fills its key index after its
+// promotion and drops it when it steps down; followers keep none, and a
+// new leader serves reads through its own.
+func TestLeaderKeepsTheKeyIndex(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	for i := range 20 {
+		put(t, c.nodes[l], fmt.Sprintf("k%d", i))
+	}
+	indexed := func(n *Node) (on bool) {
+		n.sm.read(func(f *fsm.FSM) { on = f.Stats().KeyIndex })
+		return on
+	}
+	require.Eventually(t, func() bool { return indexed(c.nodes[l]) }, 5*time.Second, 10*time.Millisecond, "the leader's index fills")
+	for i, n := range c.nodes {
+		if i != l {
+			assert.False(t, indexed(n), "%s is a follower", n.cfg.ID)
+		}
+	}
+
+	target := (l + 1) % 3
+	require.NoError(t, c.nodes[l].TransferLeadership(ctx(t), c.cfgs[target].ID))
+	require.Eventually(t, c.nodes[target].IsLeader, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return indexed(c.nodes[target]) && !indexed(c.nodes[l]) }, 5*time.Second, 10*time.Millisecond,
+		"the new leader indexes, the old one drops its index")
+	put(t, c.nodes[target], "after")
+	for _, k := range []string{"k0", "k19", "after"} {
+		reps, _, err := c.nodes[target].GetReplicaList(ctx(t), k)
+		require.NoError(t, err, k)
+		assert.Len(t, reps, 2, k)
+	}
+}

@@ -213,9 +213,15 @@ func (p *rawPrimary) GetReplicaList(_ context.Context, key string) ([]oplog.Repl
 		return o.Payload.Replicas, fsm.Grant{}, nil
 	}
 	if r.Found {
-		p.batcher.Renew(key, r.Grant.Renewal.AtMs, r.Grant.CurrentMs, r.Grant.UntilMs, r.Grant.SoftPin)
+		p.renew(r.Grant)
 	}
 	return r.Replicas, r.Grant, r.Err
+}
+
+// renew records the lease a read returned, as the node does: under the
+// state's own copy of the key.
+func (p *rawPrimary) renew(g fsm.Grant) {
+	p.batcher.Renew(g.Renewal.Key, g.Renewal.AtMs, g.CurrentMs, g.UntilMs, g.SoftPin)
 }
 
 func (p *rawPrimary) ExistKey(_ context.Context, key string) (bool, fsm.Grant, error) {
@@ -226,7 +232,7 @@ func (p *rawPrimary) ExistKey(_ context.Context, key string) (bool, fsm.Grant, e
 		return true, fsm.Grant{}, nil
 	}
 	if r.Found {
-		p.batcher.Renew(key, r.Grant.Renewal.AtMs, r.Grant.CurrentMs, r.Grant.UntilMs, r.Grant.SoftPin)
+		p.renew(r.Grant)
 	}
 	return r.Found, r.Grant, r.Err
 }
