@@ -93,6 +93,43 @@ func ReadRequest(r io.Reader) (Request, error) {
 	if _, err := io.ReadFull(r, b[:]); err != nil {
 		return Request{}, err
 	}
+	h, err := decodeReqHeader(b[:])
+	if err != nil {
+		return Request{}, err
+	}
+	body, attachment, err := readBody(r, h.Length, h.AttachLength)
+	if err != nil {
+		return Request{}, err
+	}
+	return Request{Header: h, Body: body, Attachment: attachment}, nil
+}
+
+// parseRequest takes one request frame from the start of b: it returns
+// n == 0 while b holds less than a whole frame. Body and attachment alias
+// b.
+func parseRequest(b []byte) (req Request, n int, err error) {
+	if len(b) < ReqHeaderLen {
+		return Request{}, 0, nil
+	}
+	h, err := decodeReqHeader(b)
+	if err != nil {
+		return Request{}, 0, err
+	}
+	end := ReqHeaderLen + int(h.Length) + int(h.AttachLength)
+	if len(b) < end {
+		return Request{}, 0, nil
+	}
+	body := b[ReqHeaderLen : ReqHeaderLen+int(h.Length) : ReqHeaderLen+int(h.Length)]
+	var attachment []byte
+	if h.AttachLength > 0 {
+		attachment = b[ReqHeaderLen+int(h.Length) : end : end]
+	}
+	return Request{Header: h, Body: body, Attachment: attachment}, end, nil
+}
+
+// decodeReqHeader decodes and checks the header at the start of b (at
+// least ReqHeaderLen bytes).
+func decodeReqHeader(b []byte) (ReqHeader, error) {
 	h := ReqHeader{
 		Magic: b[0], Version: b[1], SerializeType: b[2], MsgType: b[3],
 		Seq:          binary.LittleEndian.Uint32(b[4:]),
@@ -101,16 +138,12 @@ func ReadRequest(r io.Reader) (Request, error) {
 		AttachLength: binary.LittleEndian.Uint32(b[16:]),
 	}
 	if h.Magic != Magic || h.Version > Version {
-		return Request{}, fmt.Errorf("%w: header magic %d version %d (want magic %d, version ≤ %d)", ErrProtocol, h.Magic, h.Version, Magic, Version)
+		return h, fmt.Errorf("%w: header magic %d version %d (want magic %d, version ≤ %d)", ErrProtocol, h.Magic, h.Version, Magic, Version)
 	}
 	if h.Length > MaxBody || h.AttachLength > MaxBody {
-		return Request{}, fmt.Errorf("%w: body of %d bytes and attachment of %d (limit %d each)", ErrProtocol, h.Length, h.AttachLength, MaxBody)
+		return h, fmt.Errorf("%w: body of %d bytes and attachment of %d (limit %d each)", ErrProtocol, h.Length, h.AttachLength, MaxBody)
 	}
-	body, attachment, err := readBody(r, h.Length, h.AttachLength)
-	if err != nil {
-		return Request{}, err
-	}
-	return Request{Header: h, Body: body, Attachment: attachment}, nil
+	return h, nil
 }
 
 // AppendRequest appends req's frame to dst, with lengths from its body and

@@ -56,11 +56,23 @@ func FuzzReadRequest(f *testing.F) {
 	f.Add([]byte{Magic, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		req, err := ReadRequest(bytes.NewReader(b))
-		if err != nil {
-			return
-		}
-		if again := AppendRequest(nil, req); !bytes.Equal(again, b[:len(again)]) {
-			t.Fatalf("re-encoded %x from %x", again, b)
+		// The event loop's parser agrees with the reader: the same request,
+		// the same refusal, or (for a cut frame) a wait for more bytes.
+		parsed, n, perr := parseRequest(b)
+		switch {
+		case errors.Is(err, ErrProtocol):
+			require.ErrorIs(t, perr, ErrProtocol)
+		case err != nil:
+			require.NoError(t, perr)
+			require.Zero(t, n, "a cut frame is not taken")
+		default:
+			require.NoError(t, perr)
+			again := AppendRequest(nil, req)
+			require.Equal(t, again, b[:len(again)], "re-encoded from the input")
+			require.Equal(t, len(again), n)
+			require.Equal(t, req.Header, parsed.Header)
+			require.Equal(t, string(req.Body), string(parsed.Body))
+			require.Equal(t, string(req.Attachment), string(parsed.Attachment))
 		}
 	})
 }

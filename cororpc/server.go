@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -18,13 +19,15 @@ type Handler interface {
 	Call(ctx context.Context, functionID uint32, body []byte) (result []byte, errc Errc, msg string)
 }
 
-// Inliner is what a Handler may also be. Inline reports whether a call of
-// functionID is quick (a read served from memory): such a call that
-// arrives when nothing else of its connection is in flight or waiting is
-// run by the connection's reader itself, which saves waking a worker; a
-// slow one run so would hold up the requests behind it.
+// Inliner is what a Handler may also be. CallInline answers a quick call
+// (a read served from memory) on the reader of its connection, which
+// saves waking a worker, or reports done false without answering: the
+// call is slow, or would wait for something, and goes to a worker. It
+// must not wait: the reader may be an event loop that serves many
+// connections. The server tries it for a call that arrives when nothing
+// else of its connection is at a worker.
 type Inliner interface {
-	Inline(functionID uint32) bool
+	CallInline(ctx context.Context, functionID uint32, body []byte) (result []byte, errc Errc, msg string, done bool)
 }
 
 // Logger is what the server logs through (hclog's and slog's loggers both
@@ -37,10 +40,18 @@ type Logger interface {
 // Server serves coro_rpc connections: every request of a connection runs
 // at once (up to MaxInFlight at a time), and its answer is written when it
 // is ready, so a slow call does not hold back the ones behind it.
+//
+// On Linux, TCP connections are read by event loops (reactor_linux.go),
+// each serving its share of them from one goroutine; elsewhere each
+// connection has a reader goroutine of its own.
 type Server struct {
 	Handler     Handler
 	Logger      Logger
 	MaxInFlight int // per connection; 0 means 256
+	// Loops is the number of event loops (on Linux): 0 means one per two
+	// of GOMAXPROCS, at least one; a negative number means none, a reader
+	// goroutine per connection.
+	Loops int
 }
 
 // Serve accepts connections on l until ctx ends or l fails; it closes
@@ -54,7 +65,16 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for {
+	loops, err := s.startLoops(ctx, &wg)
+	if err != nil {
+		s.Logger.Warn("mooncake protocol: no event loop, a goroutine reads each connection", "error", err)
+	}
+	defer func() {
+		for _, r := range loops {
+			r.stop()
+		}
+	}()
+	for i := 0; ; i++ {
 		c, err := l.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -62,8 +82,28 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			}
 			return err
 		}
+		if len(loops) > 0 && loops[i%len(loops)].add(c) {
+			continue
+		}
 		wg.Go(func() { s.serveConn(ctx, c) })
 	}
+}
+
+func (s *Server) startLoops(ctx context.Context, wg *sync.WaitGroup) ([]*reactor, error) {
+	n := s.Loops
+	if n == 0 {
+		n = max(1, runtime.GOMAXPROCS(0)/2)
+	}
+	var loops []*reactor
+	for range n {
+		r, err := newReactor(ctx, s)
+		if err != nil || r == nil {
+			return loops, err
+		}
+		wg.Go(r.run)
+		loops = append(loops, r)
+	}
+	return loops, nil
 }
 
 func (s *Server) serveConn(ctx context.Context, c net.Conn) {
@@ -94,7 +134,6 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			inFlight.Add(-1)
 		}
 	}
-	inliner, _ := s.Handler.(Inliner)
 	r := bufio.NewReader(c)
 	for {
 		req, err := ReadRequest(r)
@@ -104,9 +143,11 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			}
 			break
 		}
-		if inliner != nil && inFlight.Load() == 0 && r.Buffered() == 0 && inliner.Inline(req.Header.FunctionID) {
-			w.send(s.answer(ctx, req))
-			continue
+		if inFlight.Load() == 0 && r.Buffered() == 0 {
+			if frame, ok := s.appendInline(nil, ctx, req); ok {
+				w.send(frame)
+				continue
+			}
 		}
 		inFlight.Add(1)
 		select {
@@ -189,24 +230,37 @@ func Forwarded(ctx context.Context) bool {
 
 // answer runs one call and frames its result or error.
 func (s *Server) answer(ctx context.Context, req Request) []byte {
+	if req.Header.SerializeType != 0 {
+		return appendAnswer(nil, req, nil, ErrcProtocolError, "unknown serialize type")
+	}
 	if req.Header.MsgType == MsgForwarded {
 		ctx = context.WithValue(ctx, forwardedKey{}, true)
 	}
-	h := RespHeader{Magic: Magic, Seq: req.Header.Seq}
-	var body []byte
-	if req.Header.SerializeType != 0 {
-		h.Errc = ErrcProtocolError
-		body = errorBody("unknown serialize type")
-	} else {
-		var errc Errc
-		var msg string
-		body, errc, msg = s.Handler.Call(ctx, req.Header.FunctionID, req.Body)
-		if errc != ErrcOK {
-			h.Errc = errc
-			body = errorBody(msg)
-		}
+	body, errc, msg := s.Handler.Call(ctx, req.Header.FunctionID, req.Body)
+	return appendAnswer(nil, req, body, errc, msg)
+}
+
+// appendInline appends the answer of req to dst if the handler answers it
+// inline (see Inliner).
+func (s *Server) appendInline(dst []byte, ctx context.Context, req Request) ([]byte, bool) {
+	inliner, ok := s.Handler.(Inliner)
+	if !ok || req.Header.SerializeType != 0 {
+		return dst, false
 	}
-	return AppendResponse(nil, Response{Header: h, Body: body})
+	body, errc, msg, done := inliner.CallInline(ctx, req.Header.FunctionID, req.Body)
+	if !done {
+		return dst, false
+	}
+	return appendAnswer(dst, req, body, errc, msg), true
+}
+
+// appendAnswer appends the frame answering req: body, or with an error
+// code, the message.
+func appendAnswer(dst []byte, req Request, body []byte, errc Errc, msg string) []byte {
+	if errc != ErrcOK {
+		body = errorBody(msg)
+	}
+	return AppendResponse(dst, Response{Header: RespHeader{Magic: Magic, Errc: errc, Seq: req.Header.Seq}, Body: body})
 }
 
 // errorBody is what coro_rpc sends after an error code: the message,

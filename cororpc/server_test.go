@@ -2,10 +2,12 @@ package cororpc
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"testing"
 	"time"
@@ -30,25 +32,52 @@ func (sleeper) Call(ctx context.Context, id uint32, body []byte) ([]byte, Errc, 
 	return body, ErrcOK, ""
 }
 
-// quickReads is sleeper with function 2 too: an immediate echo that the
-// server may run on the connection's reader.
+// quickReads is sleeper with quick functions too, which the server may
+// run on the connection's reader: 2 echoes its body, 3 answers as many
+// bytes as its body says, and 4 echoes but always would wait when run
+// inline.
 type quickReads struct{ sleeper }
 
 func (q quickReads) Call(ctx context.Context, id uint32, body []byte) ([]byte, Errc, string) {
-	if id == 2 {
+	switch id {
+	case 2, 4:
 		return body, ErrcOK, ""
+	case 3:
+		return bytes.Repeat([]byte{byte(len(body))}, int(binary.LittleEndian.Uint32(body))), ErrcOK, ""
 	}
 	return q.sleeper.Call(ctx, id, body)
 }
 
-func (quickReads) Inline(id uint32) bool { return id == 2 }
+func (q quickReads) CallInline(ctx context.Context, id uint32, body []byte) ([]byte, Errc, string, bool) {
+	if id != 2 && id != 3 {
+		return nil, 0, "", false
+	}
+	out, errc, msg := q.Call(ctx, id, body)
+	return out, errc, msg, true
+}
 
-func startServer(t *testing.T, h Handler) net.Conn {
+// readers are the two ways a server reads its connections: event loops,
+// and a goroutine per connection.
+var readers = []struct {
+	name  string
+	loops int
+}{{"event loop", 0}, {"goroutine per connection", -1}}
+
+// forEachReader runs test against a server of each kind.
+func forEachReader(t *testing.T, test func(t *testing.T, loops int)) {
+	for _, r := range readers {
+		t.Run(r.name, func(t *testing.T) { test(t, r.loops) })
+	}
+}
+
+func startServer(t *testing.T, h Handler, loops int) net.Conn {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- (&Server{Handler: h, Logger: slog.New(slog.DiscardHandler)}).Serve(ctx, l) }()
+	go func() {
+		done <- (&Server{Handler: h, Logger: slog.New(slog.DiscardHandler), Loops: loops}).Serve(ctx, l)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
@@ -64,67 +93,160 @@ func call(seq, id, sleepMs uint32) []byte {
 }
 
 func TestServerAnswersOutOfOrder(t *testing.T) {
-	c := startServer(t, sleeper{})
-	var frames []byte
-	frames = append(frames, call(1, 1, 300)...) // slow
-	frames = append(frames, call(2, 1, 0)...)
-	frames = append(frames, call(3, 9, 0)...) // unknown function
-	_, err := c.Write(frames)
-	require.NoError(t, err)
-	r := bufio.NewReader(c)
-	var seqs []uint32
-	for range 3 {
-		resp, err := ReadResponse(r)
+	forEachReader(t, func(t *testing.T, loops int) {
+		c := startServer(t, sleeper{}, loops)
+		var frames []byte
+		frames = append(frames, call(1, 1, 300)...) // slow
+		frames = append(frames, call(2, 1, 0)...)
+		frames = append(frames, call(3, 9, 0)...) // unknown function
+		_, err := c.Write(frames)
 		require.NoError(t, err)
-		seqs = append(seqs, resp.Header.Seq)
-		switch resp.Header.Seq {
-		case 3:
-			assert.Equal(t, ErrcFunctionNotRegistered, resp.Header.Errc)
-			var msg string
-			require.NoError(t, structpack.Unmarshal(resp.Body, &msg))
-			assert.Equal(t, "the rpc function not registered", msg)
-		default:
-			assert.Equal(t, ErrcOK, resp.Header.Errc)
+		r := bufio.NewReader(c)
+		var seqs []uint32
+		for range 3 {
+			resp, err := ReadResponse(r)
+			require.NoError(t, err)
+			seqs = append(seqs, resp.Header.Seq)
+			switch resp.Header.Seq {
+			case 3:
+				assert.Equal(t, ErrcFunctionNotRegistered, resp.Header.Errc)
+				var msg string
+				require.NoError(t, structpack.Unmarshal(resp.Body, &msg))
+				assert.Equal(t, "the rpc function not registered", msg)
+			default:
+				assert.Equal(t, ErrcOK, resp.Header.Errc)
+			}
 		}
-	}
-	assert.Equal(t, uint32(1), seqs[2], "the slow call answers last, after the ones sent behind it")
+		assert.Equal(t, uint32(1), seqs[2], "the slow call answers last, after the ones sent behind it")
+	})
 }
 
 // TestInlineCallWaitsForNothing: a quick call is answered on an idle
 // connection, and one sent behind a slow call still in flight is not held
 // up by it.
 func TestInlineCallWaitsForNothing(t *testing.T) {
-	c := startServer(t, quickReads{})
-	r := bufio.NewReader(c)
-	_, err := c.Write(call(1, 2, 7))
-	require.NoError(t, err)
-	resp, err := ReadResponse(r)
-	require.NoError(t, err)
-	assert.Equal(t, uint32(1), resp.Header.Seq)
-	assert.Equal(t, binary.LittleEndian.AppendUint32(nil, 7), resp.Body)
-
-	_, err = c.Write(call(2, 1, 300)) // slow, on a worker
-	require.NoError(t, err)
-	time.Sleep(20 * time.Millisecond) // read by the server before the next
-	_, err = c.Write(call(3, 2, 0))
-	require.NoError(t, err)
-	var seqs []uint32
-	for range 2 {
+	forEachReader(t, func(t *testing.T, loops int) {
+		c := startServer(t, quickReads{}, loops)
+		r := bufio.NewReader(c)
+		_, err := c.Write(call(1, 2, 7))
+		require.NoError(t, err)
 		resp, err := ReadResponse(r)
 		require.NoError(t, err)
-		assert.Equal(t, ErrcOK, resp.Header.Errc)
-		seqs = append(seqs, resp.Header.Seq)
-	}
-	assert.Equal(t, []uint32{3, 2}, seqs, "the quick call does not wait behind the slow one")
+		assert.Equal(t, uint32(1), resp.Header.Seq)
+		assert.Equal(t, binary.LittleEndian.AppendUint32(nil, 7), resp.Body)
+
+		_, err = c.Write(call(2, 1, 300)) // slow, on a worker
+		require.NoError(t, err)
+		time.Sleep(20 * time.Millisecond) // read by the server before the next
+		_, err = c.Write(call(3, 2, 0))
+		require.NoError(t, err)
+		var seqs []uint32
+		for range 2 {
+			resp, err := ReadResponse(r)
+			require.NoError(t, err)
+			assert.Equal(t, ErrcOK, resp.Header.Errc)
+			seqs = append(seqs, resp.Header.Seq)
+		}
+		assert.Equal(t, []uint32{3, 2}, seqs, "the quick call does not wait behind the slow one")
+	})
+}
+
+// TestRequestsInPieces: requests that arrive cut anywhere, several in one
+// read or one across many, quick, slow and would-wait calls mixed, are
+// each answered once, with their own body.
+func TestRequestsInPieces(t *testing.T) {
+	forEachReader(t, func(t *testing.T, loops int) {
+		c := startServer(t, quickReads{}, loops)
+		const n = 300
+		var frames []byte
+		for seq := range uint32(n) {
+			frames = append(frames, call(seq, []uint32{2, 2, 1, 4}[seq%4], seq%2)...)
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		go func() {
+			for b := frames; len(b) > 0; {
+				k := min(len(b), 1+rng.IntN(60))
+				if _, err := c.Write(b[:k]); err != nil {
+					return
+				}
+				b = b[k:]
+				if rng.IntN(10) == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+		r := bufio.NewReader(c)
+		seen := map[uint32]bool{}
+		for range n {
+			resp, err := ReadResponse(r)
+			require.NoError(t, err)
+			require.Equal(t, ErrcOK, resp.Header.Errc)
+			require.False(t, seen[resp.Header.Seq], "seq %d answered twice", resp.Header.Seq)
+			seen[resp.Header.Seq] = true
+			assert.Equal(t, binary.LittleEndian.AppendUint32(nil, resp.Header.Seq%2), resp.Body, "seq %d", resp.Header.Seq)
+		}
+	})
+}
+
+// TestLargeAnswersToASlowReader: a client that sends many calls with large
+// answers and reads them only later gets every byte; the server holds
+// back (it stops reading the connection) instead of failing it.
+func TestLargeAnswersToASlowReader(t *testing.T) {
+	forEachReader(t, func(t *testing.T, loops int) {
+		c := startServer(t, quickReads{}, loops)
+		const n, size = 24, 1 << 20
+		go func() {
+			for seq := range uint32(n) {
+				if _, err := c.Write(call(seq, 3, size)); err != nil {
+					return
+				}
+			}
+		}()
+		time.Sleep(200 * time.Millisecond) // the socket's buffers fill
+		r := bufio.NewReader(c)
+		seen := map[uint32]bool{}
+		for range n {
+			resp, err := ReadResponse(r)
+			require.NoError(t, err)
+			require.False(t, seen[resp.Header.Seq], "seq %d answered twice", resp.Header.Seq)
+			seen[resp.Header.Seq] = true
+			require.Equal(t, bytes.Repeat([]byte{4}, size), resp.Body)
+		}
+	})
+}
+
+// TestHalfClosedClientGetsItsAnswers: a client that shuts its side after
+// its last request still gets the answers of the calls in flight, and
+// then the end of the connection.
+func TestHalfClosedClientGetsItsAnswers(t *testing.T) {
+	forEachReader(t, func(t *testing.T, loops int) {
+		c := startServer(t, quickReads{}, loops)
+		_, err := c.Write(append(call(1, 1, 100), call(2, 2, 5)...))
+		require.NoError(t, err)
+		require.NoError(t, c.(*net.TCPConn).CloseWrite())
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		r := bufio.NewReader(c)
+		var seqs []uint32
+		for range 2 {
+			resp, err := ReadResponse(r)
+			require.NoError(t, err)
+			seqs = append(seqs, resp.Header.Seq)
+		}
+		assert.ElementsMatch(t, []uint32{1, 2}, seqs)
+		_, err = r.ReadByte()
+		assert.ErrorIs(t, err, io.EOF)
+	})
 }
 
 func TestServerClosesOnProtocolError(t *testing.T) {
-	c := startServer(t, sleeper{})
-	_, err := c.Write(append([]byte{Magic + 1}, make([]byte, ReqHeaderLen-1)...))
-	require.NoError(t, err)
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
-	_, err = c.Read(make([]byte, 1))
-	assert.ErrorIs(t, err, io.EOF, "a frame boundary cannot be found again: the connection closes")
+	forEachReader(t, func(t *testing.T, loops int) {
+		c := startServer(t, sleeper{}, loops)
+		_, err := c.Write(append([]byte{Magic + 1}, make([]byte, ReqHeaderLen-1)...))
+		require.NoError(t, err)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		_, err = c.Read(make([]byte, 1))
+		assert.ErrorIs(t, err, io.EOF, "a frame boundary cannot be found again: the connection closes")
+	})
 }
 
 func TestClientAndPool(t *testing.T) {

@@ -58,9 +58,20 @@ var keyReads = map[uint32]bool{
 	FunctionID("ExistKey"): true, FunctionID("BatchExistKey"): true,
 }
 
-// Inline implements cororpc.Inliner: the key reads are quick where they
-// are answered, on the leader.
-func (h *Handler) Inline(id uint32) bool { return keyReads[id] }
+// CallInline implements cororpc.Inliner: the key reads are quick where
+// they are answered, on the leader, unless they would wait (for a lease
+// round, or for a removal of the key in flight).
+func (h *Handler) CallInline(ctx context.Context, id uint32, body []byte) ([]byte, cororpc.Errc, string, bool) {
+	if !keyReads[id] {
+		return nil, 0, "", false
+	}
+	ctx, waited := transport.NoWait(ctx)
+	out, errc, msg := h.Call(ctx, id, body)
+	if waited() {
+		return nil, 0, "", false
+	}
+	return out, errc, msg, true
+}
 
 // serve registers f as the function name, after checking its Go types are
 // the ones the protocol table says.

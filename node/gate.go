@@ -3,7 +3,14 @@ package node
 import (
 	"context"
 	"sync"
+
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/transport"
 )
+
+// errWouldWait is what a read under transport.NoWait returns where it
+// would wait; its caller runs it again where it may.
+var errWouldWait = errcode.New(errcode.UnavailableInCurrentStatus, "the read would wait")
 
 // gate keeps DESIGN.md's lease invariant on the leader: a read that grants
 // a lease must not slip between a removal's flush of pending renewals and
@@ -56,6 +63,9 @@ func (g *gate) when(ctx context.Context, open func() bool, fn func()) error {
 		}
 		done := g.done
 		g.mu.RUnlock()
+		if transport.MustNotWait(ctx) {
+			return errWouldWait
+		}
 		select {
 		case <-done:
 		case <-ctx.Done():

@@ -25,10 +25,13 @@ type mooncakeFront struct {
 	fwd   cororpc.Pool
 }
 
-// Inline implements cororpc.Inliner: a key read is quick on the leader; on
-// a follower it is a forward, a round trip to the leader.
-func (m *mooncakeFront) Inline(id uint32) bool {
-	return m.local.Inline(id) && m.n.IsLeader()
+// CallInline implements cororpc.Inliner: a key read is quick on the
+// leader; on a follower it is a forward, a round trip to the leader.
+func (m *mooncakeFront) CallInline(ctx context.Context, id uint32, body []byte) ([]byte, cororpc.Errc, string, bool) {
+	if !m.n.IsLeader() {
+		return nil, 0, "", false
+	}
+	return m.local.CallInline(ctx, id, body)
 }
 
 func (m *mooncakeFront) Call(ctx context.Context, id uint32, body []byte) ([]byte, cororpc.Errc, string) {

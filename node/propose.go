@@ -8,6 +8,7 @@ import (
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/oplog"
+	"github.com/moonraft/moonraft/transport"
 )
 
 // IsLeader reports whether this node is the promoted leader, ready to
@@ -171,8 +172,12 @@ func (n *Node) wait(f raft.Future) error {
 // read lease when this node holds one, else after a quorum round that began
 // after the call. read may run twice (a lease that lapsed while it read is
 // not trusted), so it may only record what is harmless to record twice,
-// such as lease renewals.
+// such as lease renewals. Under transport.NoWait it gives up where it
+// would wait (for a leader, or for a quorum round once the lease lapsed).
 func (n *Node) linearizable(ctx context.Context, read func() error) error {
+	if !n.IsLeader() && transport.MustNotWait(ctx) {
+		return errWouldWait
+	}
 	if err := n.awaitLeader(ctx); err != nil {
 		return err
 	}
@@ -187,6 +192,9 @@ func (n *Node) linearizable(ctx context.Context, read func() error) error {
 			n.metrics.leaseReads.Inc()
 			return nil
 		}
+	}
+	if transport.MustNotWait(ctx) {
+		return errWouldWait
 	}
 	if err := n.confirmLeader(ctx); err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/transport"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -96,6 +97,43 @@ func TestLapseDuringReadFallsBackToQuorum(t *testing.T) {
 	assert.Equal(t, lease0, testutil.ToFloat64(nd.metrics.leaseReads), "not served under the lapsed lease")
 	assert.Equal(t, quorum0+1, testutil.ToFloat64(nd.metrics.quorumReads))
 	assert.Equal(t, rounds0+1, nd.leadership.rounds.Load())
+}
+
+// TestNoWaitReadsGiveUp: a read the Mooncake protocol's event loop runs
+// (under transport.NoWait) gives up, without a quorum round or a wait,
+// where it would wait — the lease lapsed, a removal of its key in flight,
+// on a follower — and is answered where it need not.
+func TestNoWaitReadsGiveUp(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	li := c.leader()
+	nd := c.nodes[li]
+	mountSegments(t, nd)
+	put(t, nd, "k")
+	clk := installClock(nd)
+	require.NoError(t, nd.confirmLeader(ctx(t)))
+
+	read := func(nd *Node, key string) (waited bool, err error) {
+		nctx, wouldWait := transport.NoWait(ctx(t))
+		_, _, err = nd.GetReplicaList(nctx, key)
+		return wouldWait(), err
+	}
+	waited, err := read(nd, "k")
+	require.NoError(t, err)
+	assert.False(t, waited, "under the lease the read is answered")
+
+	endRemoval := nd.gate.closeKey("k")
+	waited, _ = read(nd, "k")
+	assert.True(t, waited, "a removal of the key is in flight")
+	endRemoval()
+
+	rounds := nd.leadership.rounds.Load()
+	clk.advance(time.Hour)
+	waited, _ = read(nd, "k")
+	assert.True(t, waited, "the lease lapsed")
+	assert.Equal(t, rounds, nd.leadership.rounds.Load(), "no quorum round for a read that must not wait")
+
+	waited, _ = read(c.nodes[(li+1)%3], "k")
+	assert.True(t, waited, "a follower forwards")
 }
 
 // TestRestartedNodeVotesOnlyAfterALease: a restarted node has forgotten
