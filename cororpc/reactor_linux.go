@@ -26,6 +26,10 @@ type reactor struct {
 	epfd   int
 	wakefd int // an eventfd, written to stop the loop
 	limit  int // calls at workers (and queued for them) per connection
+	// answers gathers the quick calls' answers of one read (the loop's
+	// alone): the socket takes them, or they are copied to the
+	// connection's out.
+	answers []byte
 
 	mu    sync.Mutex
 	conns map[int32]*rconn // by file descriptor
@@ -210,12 +214,16 @@ func (r *reactor) readable(c *rconn) {
 		}
 		c.close()
 		return
+	case n == 0 && c.eof: // a hang-up after the end: nobody to answer
+		c.close()
+		return
 	case n == 0:
 		c.ended()
 		return
 	}
 	c.in = c.in[:len(c.in)+n]
-	var answers []byte
+	answers := r.answers[:0]
+	defer func() { r.answers = answers[:0] }()
 	off := 0
 	for {
 		req, used, err := parseRequest(c.in[off:])
