@@ -143,6 +143,51 @@ func TestMooncakeProtocol(t *testing.T) {
 	assert.Equal(t, cororpc.ErrcFunctionNotRegistered, f.raw(0x12345678, nil).Header.Errc, "the leader's error answers come back as they are")
 }
 
+// TestMooncakeReadThatWouldWaitHoldsUpNoOne: a read of a key whose
+// removal is in flight waits for it, on a worker: the event loop that read
+// it answers the reads of other clients meanwhile, and the waiting read is
+// answered once the removal ends.
+func TestMooncakeReadThatWouldWaitHoldsUpNoOne(t *testing.T) {
+	c := newCluster(t, 3, 100*time.Millisecond, withMooncake(t))
+	li := c.leader()
+	addr := c.cfgs[li].MooncakeAddr
+	a, b := dialMooncake(t, addr), dialMooncake(t, addr)
+	client := mc.UUID{First: 1, Second: 2}
+	seg := mc.Segment{ID: mc.UUID{First: 3, Second: 4}, Name: "host-a:12000", Base: 1 << 40, Size: 64 << 20, TEEndpoint: "127.0.0.1:15000", Protocol: "tcp"}
+	require.Zero(t, mcCall[structpack.Expected[mc.Void]](a, "MountSegment", mc.MountArgs{Segment: seg, ClientID: client}).Err)
+	for _, k := range []string{"k", "other"} {
+		require.Zero(t, mcCall[structpack.Expected[[]mc.ReplicaDescriptor]](a, "PutStart", mc.PutStartArgs{ClientID: client, Key: k, SliceLength: 1, Config: mc.ReplicateConfig{ReplicaNum: 1}}).Err)
+		require.Zero(t, mcCall[structpack.Expected[mc.Void]](a, "PutEnd", mc.PutEndArgs{ClientID: client, Meta: mc.ObjectMeta{Key: k}}).Err)
+	}
+
+	nd := c.nodes[li]
+	endRemoval := nd.gate.closeKey("k") // as a removal of k does while it is in flight
+	require.NoError(t, nd.confirmLeader(ctx(t)))
+	_, leased := nd.leadership.lease()
+	require.True(t, leased, "the read is run on the event loop, under the lease")
+	body, err := structpack.Marshal(mc.KeyArgs{Key: "k"})
+	require.NoError(t, err)
+	a.seq++
+	_, err = a.c.Write(cororpc.AppendRequest(nil, cororpc.Request{Header: cororpc.ReqHeader{Seq: a.seq, FunctionID: mc.FunctionID("GetReplicaList")}, Body: body}))
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond) // read by the server
+
+	require.Zero(t, mcCall[structpack.Expected[mc.GetReplicaListResponse]](b, "GetReplicaList", mc.KeyArgs{Key: "other"}).Err,
+		"another client's read is answered while k's waits")
+	require.NoError(t, a.c.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
+	_, err = a.r.Peek(1)
+	require.Error(t, err, "the read of k waits for the removal")
+
+	endRemoval()
+	require.NoError(t, a.c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err := cororpc.ReadResponse(a.r)
+	require.NoError(t, err)
+	require.Equal(t, a.seq, resp.Header.Seq)
+	var got structpack.Expected[mc.GetReplicaListResponse]
+	require.NoError(t, structpack.Unmarshal(resp.Body, &got))
+	assert.Zero(t, got.Err, "answered once the removal ended")
+}
+
 // TestMooncakeCallsNoClientSends: the calls `make mooncake-golden` sends to
 // the real master because no client of its build does (the Upsert family,
 // BatchPutRevoke, GetReplicaListByRegex, BatchRemove,
