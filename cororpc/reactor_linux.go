@@ -223,7 +223,11 @@ func (r *reactor) readable(c *rconn) {
 	}
 	c.in = c.in[:len(c.in)+n]
 	answers := r.answers[:0]
-	defer func() { r.answers = answers[:0] }()
+	defer func() {
+		if cap(answers) <= 4*readChunk { // a large answer's buffer is not kept
+			r.answers = answers[:0]
+		}
+	}()
 	off := 0
 	for {
 		req, used, err := parseRequest(c.in[off:])

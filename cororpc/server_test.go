@@ -88,6 +88,22 @@ func startServer(t *testing.T, h Handler, loops int) net.Conn {
 	return c
 }
 
+// readAnswers reads n answers, in the order they come, each to a
+// different call.
+func readAnswers(t *testing.T, r *bufio.Reader, n int) []Response {
+	t.Helper()
+	seen := map[uint32]bool{}
+	out := make([]Response, 0, n)
+	for range n {
+		resp, err := ReadResponse(r)
+		require.NoError(t, err)
+		require.False(t, seen[resp.Header.Seq], "seq %d answered twice", resp.Header.Seq)
+		seen[resp.Header.Seq] = true
+		out = append(out, resp)
+	}
+	return out
+}
+
 func call(seq, id, sleepMs uint32) []byte {
 	return AppendRequest(nil, Request{Header: ReqHeader{Seq: seq, FunctionID: id}, Body: binary.LittleEndian.AppendUint32(nil, sleepMs)})
 }
@@ -101,12 +117,8 @@ func TestServerAnswersOutOfOrder(t *testing.T) {
 		frames = append(frames, call(3, 9, 0)...) // unknown function
 		_, err := c.Write(frames)
 		require.NoError(t, err)
-		r := bufio.NewReader(c)
-		var seqs []uint32
-		for range 3 {
-			resp, err := ReadResponse(r)
-			require.NoError(t, err)
-			seqs = append(seqs, resp.Header.Seq)
+		answers := readAnswers(t, bufio.NewReader(c), 3)
+		for _, resp := range answers {
 			switch resp.Header.Seq {
 			case 3:
 				assert.Equal(t, ErrcFunctionNotRegistered, resp.Header.Errc)
@@ -117,7 +129,7 @@ func TestServerAnswersOutOfOrder(t *testing.T) {
 				assert.Equal(t, ErrcOK, resp.Header.Errc)
 			}
 		}
-		assert.Equal(t, uint32(1), seqs[2], "the slow call answers last, after the ones sent behind it")
+		assert.Equal(t, uint32(1), answers[2].Header.Seq, "the slow call answers last, after the ones sent behind it")
 	})
 }
 
@@ -141,9 +153,7 @@ func TestInlineCallWaitsForNothing(t *testing.T) {
 		_, err = c.Write(call(3, 2, 0))
 		require.NoError(t, err)
 		var seqs []uint32
-		for range 2 {
-			resp, err := ReadResponse(r)
-			require.NoError(t, err)
+		for _, resp := range readAnswers(t, r, 2) {
 			assert.Equal(t, ErrcOK, resp.Header.Errc)
 			seqs = append(seqs, resp.Header.Seq)
 		}
@@ -175,14 +185,8 @@ func TestRequestsInPieces(t *testing.T) {
 				}
 			}
 		}()
-		r := bufio.NewReader(c)
-		seen := map[uint32]bool{}
-		for range n {
-			resp, err := ReadResponse(r)
-			require.NoError(t, err)
+		for _, resp := range readAnswers(t, bufio.NewReader(c), n) {
 			require.Equal(t, ErrcOK, resp.Header.Errc)
-			require.False(t, seen[resp.Header.Seq], "seq %d answered twice", resp.Header.Seq)
-			seen[resp.Header.Seq] = true
 			assert.Equal(t, binary.LittleEndian.AppendUint32(nil, resp.Header.Seq%2), resp.Body, "seq %d", resp.Header.Seq)
 		}
 	})
@@ -203,13 +207,7 @@ func TestLargeAnswersToASlowReader(t *testing.T) {
 			}
 		}()
 		time.Sleep(200 * time.Millisecond) // the socket's buffers fill
-		r := bufio.NewReader(c)
-		seen := map[uint32]bool{}
-		for range n {
-			resp, err := ReadResponse(r)
-			require.NoError(t, err)
-			require.False(t, seen[resp.Header.Seq], "seq %d answered twice", resp.Header.Seq)
-			seen[resp.Header.Seq] = true
+		for _, resp := range readAnswers(t, bufio.NewReader(c), n) {
 			require.Equal(t, bytes.Repeat([]byte{4}, size), resp.Body)
 		}
 	})
@@ -226,13 +224,8 @@ func TestHalfClosedClientGetsItsAnswers(t *testing.T) {
 		require.NoError(t, c.(*net.TCPConn).CloseWrite())
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
 		r := bufio.NewReader(c)
-		var seqs []uint32
-		for range 2 {
-			resp, err := ReadResponse(r)
-			require.NoError(t, err)
-			seqs = append(seqs, resp.Header.Seq)
-		}
-		assert.ElementsMatch(t, []uint32{1, 2}, seqs)
+		answers := readAnswers(t, r, 2)
+		assert.ElementsMatch(t, []uint32{1, 2}, []uint32{answers[0].Header.Seq, answers[1].Header.Seq})
 		_, err = r.ReadByte()
 		assert.ErrorIs(t, err, io.EOF)
 	})

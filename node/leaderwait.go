@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/transport"
 )
 
 // leaderSignal wakes requests waiting out an election. It fires whenever a
@@ -39,10 +40,13 @@ func (s *leaderSignal) fire() {
 // arriving late. The wait is bounded by two rounds of failure detection
 // and election (room for a split vote) and by half the request's remaining
 // time, so a node cut off from the majority answers in time for the client
-// to try another.
+// to try another. Under transport.NoWait it gives up instead.
 func (n *Node) awaitLeader(ctx context.Context) error {
 	if n.IsLeader() {
 		return nil
+	}
+	if transport.MustNotWait(ctx) {
+		return errWouldWait
 	}
 	bound := 2 * (n.cfg.HeartbeatTimeout + n.cfg.ElectionTimeout)
 	if d, ok := ctx.Deadline(); ok {

@@ -173,11 +173,8 @@ func (n *Node) wait(f raft.Future) error {
 // after the call. read may run twice (a lease that lapsed while it read is
 // not trusted), so it may only record what is harmless to record twice,
 // such as lease renewals. Under transport.NoWait it gives up where it
-// would wait (for a leader, or for a quorum round once the lease lapsed).
+// would wait (awaitLeader, confirmLeader, the gate).
 func (n *Node) linearizable(ctx context.Context, read func() error) error {
-	if !n.IsLeader() && transport.MustNotWait(ctx) {
-		return errWouldWait
-	}
 	if err := n.awaitLeader(ctx); err != nil {
 		return err
 	}
@@ -193,9 +190,6 @@ func (n *Node) linearizable(ctx context.Context, read func() error) error {
 			return nil
 		}
 	}
-	if transport.MustNotWait(ctx) {
-		return errWouldWait
-	}
 	if err := n.confirmLeader(ctx); err != nil {
 		return err
 	}
@@ -203,10 +197,14 @@ func (n *Node) linearizable(ctx context.Context, read func() error) error {
 	return read()
 }
 
-// confirmLeader waits for a quorum round that began after the call.
+// confirmLeader waits for a quorum round that began after the call
+// (under transport.NoWait it gives up instead).
 func (n *Node) confirmLeader(ctx context.Context) error {
 	if err := n.awaitLeader(ctx); err != nil {
 		return err
+	}
+	if transport.MustNotWait(ctx) {
+		return errWouldWait
 	}
 	if err := n.leadership.confirm(ctx); err != nil {
 		return n.raftErr(err, false)
