@@ -16,7 +16,10 @@ import (
 // Handler answers one call. It returns the struct_pack body of the
 // function's result, or a coro_rpc error code (not ErrcOK) and message.
 type Handler interface {
-	Call(ctx context.Context, functionID uint32, body []byte) (result []byte, errc Errc, msg string)
+	// Call appends the call's result to dst and returns it; with an error
+	// code, what it appended is dropped and msg goes to the client. It
+	// must not keep dst.
+	Call(ctx context.Context, functionID uint32, body, dst []byte) (out []byte, errc Errc, msg string)
 }
 
 // Inliner is what a Handler may also be. CallInline answers a quick call
@@ -25,9 +28,9 @@ type Handler interface {
 // call is slow, or would wait for something, and goes to a worker. It
 // must not wait: the reader may be an event loop that serves many
 // connections. The server tries it for a call that arrives when nothing
-// else of its connection is at a worker.
+// else of its connection is at a worker. dst and out are Call's.
 type Inliner interface {
-	CallInline(ctx context.Context, functionID uint32, body []byte) (result []byte, errc Errc, msg string, done bool)
+	CallInline(ctx context.Context, functionID uint32, body, dst []byte) (out []byte, errc Errc, msg string, done bool)
 }
 
 // Logger is what the server logs through (hclog's and slog's loggers both
@@ -230,42 +233,47 @@ func Forwarded(ctx context.Context) bool {
 
 // answer runs one call and frames its result or error.
 func (s *Server) answer(ctx context.Context, req Request) []byte {
-	if req.Header.SerializeType != 0 {
-		return appendAnswer(nil, req, nil, ErrcProtocolError, "unknown serialize type")
-	}
 	if req.Header.MsgType == MsgForwarded {
 		ctx = context.WithValue(ctx, forwardedKey{}, true)
 	}
-	body, errc, msg := s.Handler.Call(ctx, req.Header.FunctionID, req.Body)
-	return appendAnswer(nil, req, body, errc, msg)
+	frame, _ := appendFrame(nil, req, func(dst []byte) ([]byte, Errc, string, bool) {
+		out, errc, msg := s.Handler.Call(ctx, req.Header.FunctionID, req.Body, dst)
+		return out, errc, msg, true
+	})
+	return frame
 }
 
 // appendInline appends the answer of req to dst if the handler answers it
 // inline (see Inliner).
 func (s *Server) appendInline(dst []byte, ctx context.Context, req Request) ([]byte, bool) {
 	inliner, ok := s.Handler.(Inliner)
-	if !ok || req.Header.SerializeType != 0 {
+	if !ok {
 		return dst, false
 	}
-	body, errc, msg, done := inliner.CallInline(ctx, req.Header.FunctionID, req.Body)
+	return appendFrame(dst, req, func(dst []byte) ([]byte, Errc, string, bool) {
+		return inliner.CallInline(ctx, req.Header.FunctionID, req.Body, dst)
+	})
+}
+
+// appendFrame appends the frame answering req to dst: call appends the
+// body after the header, which is written once the body's length is
+// known, so an answer is encoded once, in place. With an error code the
+// body is the message, struct_pack-encoded, as coro_rpc sends it. If call
+// is not done, dst comes back as it was.
+func appendFrame(dst []byte, req Request, call func(dst []byte) ([]byte, Errc, string, bool)) ([]byte, bool) {
+	start := len(dst)
+	head := start + RespHeaderLen
+	dst = append(dst, make([]byte, RespHeaderLen)...)
+	out, errc, msg, done := dst, ErrcProtocolError, "unknown serialize type", true
+	if req.Header.SerializeType == 0 {
+		out, errc, msg, done = call(dst)
+	}
 	if !done {
-		return dst, false
+		return dst[:start], false
 	}
-	return appendAnswer(dst, req, body, errc, msg), true
-}
-
-// appendAnswer appends the frame answering req: body, or with an error
-// code, the message.
-func appendAnswer(dst []byte, req Request, body []byte, errc Errc, msg string) []byte {
 	if errc != ErrcOK {
-		body = errorBody(msg)
+		out, _ = structpack.AppendMarshal(out[:head], msg) // a string always encodes
 	}
-	return AppendResponse(dst, Response{Header: RespHeader{Magic: Magic, Errc: errc, Seq: req.Header.Seq}, Body: body})
-}
-
-// errorBody is what coro_rpc sends after an error code: the message,
-// struct_pack-encoded.
-func errorBody(msg string) []byte {
-	b, _ := structpack.Marshal(msg) // a string always encodes
-	return b
+	putRespHeader(out[start:head], RespHeader{Magic: Magic, Errc: errc, Seq: req.Header.Seq}, len(out)-head)
+	return out, true
 }

@@ -21,15 +21,15 @@ import (
 // and knows no other function.
 type sleeper struct{}
 
-func (sleeper) Call(ctx context.Context, id uint32, body []byte) ([]byte, Errc, string) {
+func (sleeper) Call(ctx context.Context, id uint32, body, dst []byte) ([]byte, Errc, string) {
 	if id != 1 {
-		return nil, ErrcFunctionNotRegistered, "the rpc function not registered"
+		return dst, ErrcFunctionNotRegistered, "the rpc function not registered"
 	}
 	select {
 	case <-time.After(time.Duration(binary.LittleEndian.Uint32(body)) * time.Millisecond):
 	case <-ctx.Done():
 	}
-	return body, ErrcOK, ""
+	return append(dst, body...), ErrcOK, ""
 }
 
 // quickReads is sleeper with quick functions too, which the server may
@@ -38,21 +38,21 @@ func (sleeper) Call(ctx context.Context, id uint32, body []byte) ([]byte, Errc, 
 // inline.
 type quickReads struct{ sleeper }
 
-func (q quickReads) Call(ctx context.Context, id uint32, body []byte) ([]byte, Errc, string) {
+func (q quickReads) Call(ctx context.Context, id uint32, body, dst []byte) ([]byte, Errc, string) {
 	switch id {
 	case 2, 4:
-		return body, ErrcOK, ""
+		return append(dst, body...), ErrcOK, ""
 	case 3:
-		return bytes.Repeat([]byte{byte(len(body))}, int(binary.LittleEndian.Uint32(body))), ErrcOK, ""
+		return append(dst, bytes.Repeat([]byte{byte(len(body))}, int(binary.LittleEndian.Uint32(body)))...), ErrcOK, ""
 	}
-	return q.sleeper.Call(ctx, id, body)
+	return q.sleeper.Call(ctx, id, body, dst)
 }
 
-func (q quickReads) CallInline(ctx context.Context, id uint32, body []byte) ([]byte, Errc, string, bool) {
+func (q quickReads) CallInline(ctx context.Context, id uint32, body, dst []byte) ([]byte, Errc, string, bool) {
 	if id != 2 && id != 3 {
-		return nil, 0, "", false
+		return dst, 0, "", false
 	}
-	out, errc, msg := q.Call(ctx, id, body)
+	out, errc, msg := q.Call(ctx, id, body, dst)
 	return out, errc, msg, true
 }
 
@@ -276,11 +276,11 @@ func TestClientAndPool(t *testing.T) {
 
 type forwardedEcho struct{}
 
-func (forwardedEcho) Call(ctx context.Context, _ uint32, _ []byte) ([]byte, Errc, string) {
+func (forwardedEcho) Call(ctx context.Context, _ uint32, _, dst []byte) ([]byte, Errc, string) {
 	if Forwarded(ctx) {
-		return []byte{1}, ErrcOK, ""
+		return append(dst, 1), ErrcOK, ""
 	}
-	return []byte{0}, ErrcOK, ""
+	return append(dst, 0), ErrcOK, ""
 }
 
 // TestForwardedMark: a call a node forwards says so, so the node it reaches

@@ -31,7 +31,7 @@ type Handler struct {
 	table   map[uint32]method
 }
 
-type method func(ctx context.Context, body []byte) ([]byte, cororpc.Errc, string)
+type method func(ctx context.Context, body, dst []byte) ([]byte, cororpc.Errc, string)
 
 // NewHandler returns a handler for b; leaseTTLMs is what GetReplicaList
 // reports as lease_ttl_ms.
@@ -42,13 +42,13 @@ func NewHandler(b transport.Backend, log cororpc.Logger, leaseTTLMs uint64) *Han
 }
 
 // Call implements cororpc.Handler.
-func (h *Handler) Call(ctx context.Context, id uint32, body []byte) ([]byte, cororpc.Errc, string) {
+func (h *Handler) Call(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string) {
 	m, ok := h.table[id]
 	if !ok {
 		h.log.Warn("mooncake protocol: call of a function this release does not serve", "function_id", fmt.Sprintf("%08x", id))
-		return nil, cororpc.ErrcFunctionNotRegistered, "the rpc function not registered"
+		return dst, cororpc.ErrcFunctionNotRegistered, "the rpc function not registered"
 	}
-	return m(ctx, body)
+	return m(ctx, body, dst)
 }
 
 // keyReads are the reads of given keys: answered from the leader's memory
@@ -61,14 +61,14 @@ var keyReads = map[uint32]bool{
 // CallInline implements cororpc.Inliner: the key reads are quick where
 // they are answered, on the leader, unless they would wait (for a lease
 // round, or for a removal of the key in flight).
-func (h *Handler) CallInline(ctx context.Context, id uint32, body []byte) ([]byte, cororpc.Errc, string, bool) {
+func (h *Handler) CallInline(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string, bool) {
 	if !keyReads[id] {
-		return nil, 0, "", false
+		return dst, 0, "", false
 	}
 	ctx, waited := transport.NoWait(ctx)
-	out, errc, msg := h.Call(ctx, id, body)
+	out, errc, msg := h.Call(ctx, id, body, dst)
 	if waited() {
-		return nil, 0, "", false
+		return dst, 0, "", false
 	}
 	return out, errc, msg, true
 }
@@ -81,20 +81,20 @@ func serve[A, R any](h *Handler, name string, f func(ctx context.Context, a A) R
 	if fn.Name != name || fn.Result != reflect.TypeFor[R]() || (fn.Args != args && !(fn.Args == nil && args == reflect.TypeFor[Void]())) {
 		panic("mooncakeapi: " + name + " served with types other than its table entry") // a programming error, caught by every test
 	}
-	h.table[fn.ID] = func(ctx context.Context, body []byte) ([]byte, cororpc.Errc, string) {
+	h.table[fn.ID] = func(ctx context.Context, body, dst []byte) ([]byte, cororpc.Errc, string) {
 		var a A
 		if fn.Args != nil {
 			if err := structpack.Unmarshal(body, &a); err != nil {
 				h.log.Warn("mooncake protocol: undecodable arguments", "function", name, "error", err)
-				return nil, cororpc.ErrcInvalidArguments, "invalid rpc arg"
+				return dst, cororpc.ErrcInvalidArguments, "invalid rpc arg"
 			}
 		} else if len(body) != 0 {
-			return nil, cororpc.ErrcInvalidArguments, "invalid rpc arg"
+			return dst, cororpc.ErrcInvalidArguments, "invalid rpc arg"
 		}
-		out, err := structpack.Marshal(f(ctx, a))
+		out, err := structpack.AppendMarshal(dst, f(ctx, a))
 		if err != nil {
 			h.log.Error("mooncake protocol: unencodable result", "function", name, "error", err)
-			return nil, cororpc.ErrcRPCThrowException, err.Error()
+			return dst, cororpc.ErrcRPCThrowException, err.Error()
 		}
 		return out, cororpc.ErrcOK, ""
 	}

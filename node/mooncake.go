@@ -27,16 +27,16 @@ type mooncakeFront struct {
 
 // CallInline implements cororpc.Inliner: a key read is quick on the
 // leader; on a follower it is a forward, a round trip to the leader.
-func (m *mooncakeFront) CallInline(ctx context.Context, id uint32, body []byte) ([]byte, cororpc.Errc, string, bool) {
+func (m *mooncakeFront) CallInline(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string, bool) {
 	if !m.n.IsLeader() {
-		return nil, 0, "", false
+		return dst, 0, "", false
 	}
-	return m.local.CallInline(ctx, id, body)
+	return m.local.CallInline(ctx, id, body, dst)
 }
 
-func (m *mooncakeFront) Call(ctx context.Context, id uint32, body []byte) ([]byte, cororpc.Errc, string) {
+func (m *mooncakeFront) Call(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string) {
 	if cororpc.Forwarded(ctx) { // views disagree: no second hop
-		return m.local.Call(ctx, id, body)
+		return m.local.Call(ctx, id, body, dst)
 	}
 	addr := m.leaderAddr()
 	if addr == "" && !m.n.IsLeader() {
@@ -48,7 +48,7 @@ func (m *mooncakeFront) Call(ctx context.Context, id uint32, body []byte) ([]byt
 		addr = m.leaderAddr()
 	}
 	if addr == "" {
-		return m.local.Call(ctx, id, body)
+		return m.local.Call(ctx, id, body, dst)
 	}
 	fctx, cancel := context.WithTimeout(ctx, mooncakeForwardTimeout)
 	defer cancel()
@@ -56,14 +56,14 @@ func (m *mooncakeFront) Call(ctx context.Context, id uint32, body []byte) ([]byt
 	if err != nil {
 		// The leader may or may not have run it: coro_rpc's io error, which
 		// a Mooncake client reports as a failed RPC.
-		return nil, cororpc.ErrcIOError, "forwarding to the leader at " + addr + ": " + err.Error()
+		return dst, cororpc.ErrcIOError, "forwarding to the leader at " + addr + ": " + err.Error()
 	}
 	if resp.Header.Errc != cororpc.ErrcOK {
 		var msg string
 		_ = structpack.Unmarshal(resp.Body, &msg)
-		return nil, resp.Header.Errc, msg
+		return dst, resp.Header.Errc, msg
 	}
-	return resp.Body, cororpc.ErrcOK, ""
+	return append(dst, resp.Body...), cororpc.ErrcOK, ""
 }
 
 // leaderAddr is where to forward: the promoted leader's Mooncake address

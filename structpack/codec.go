@@ -23,10 +23,20 @@ const (
 // container lengths one byte wide unless a container or string is longer
 // than 255.
 func Marshal(v any) ([]byte, error) {
+	b, err := AppendMarshal(make([]byte, 0, 64), v)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// AppendMarshal is Marshal appending to dst; on an error, dst comes back
+// as it was.
+func AppendMarshal(dst []byte, v any) ([]byte, error) {
 	rv := reflect.ValueOf(v)
 	l, err := layoutOf(rv.Type())
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
 	if l.packer {
 		// A Packer is reached through its address.
@@ -44,12 +54,12 @@ func Marshal(v any) ([]byte, error) {
 	case 8:
 		meta |= 3 << metaSizeShift
 	}
-	out := binary.LittleEndian.AppendUint32(make([]byte, 0, 64), l.hash|1)
+	out := binary.LittleEndian.AppendUint32(dst, l.hash|1)
 	out = append(out, meta)
 	out = append(append(out, l.literal...), 0)
 	e := encoder{b: out, width: width}
 	if err := e.value(rv, l); err != nil {
-		return nil, err
+		return dst, err
 	}
 	return e.b, nil
 }
