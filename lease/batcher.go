@@ -31,8 +31,25 @@ type promise struct {
 	untilMs  int64 // the lease the reads returned
 }
 
+// recorded is one Renew, not yet merged into its shard's maps.
+type recorded struct {
+	key     string
+	p       promise
+	softPin bool
+}
+
+// maxRecent bounds a shard's recent renewals between two merges: the
+// ticker merges every shard at each tick, so reads reach it only when
+// ticks are far apart.
+const maxRecent = 4096
+
 type shard struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// recent holds the renewals since the last merge. A read appends to it
+	// rather than look its key up in renewals, a cache miss on a large
+	// map; whoever reads the maps next (a drain, Len, a sweep, or a full
+	// recent) merges it first.
+	recent   []recorded
 	renewals map[string]promise
 	soft     map[string]struct{} // the keys in renewals whose object is soft-pinned
 	pings    map[string]int64    // client id -> latest AtMs
@@ -96,12 +113,25 @@ func (b *Batcher) shard(s string) *shard {
 func (b *Batcher) Renew(key string, atMs, loggedMs, untilMs int64, softPin bool) {
 	s := b.shard(key)
 	s.mu.Lock()
-	p := s.renewals[key]
-	s.renewals[key] = promise{atMs: max(p.atMs, atMs), loggedMs: max(p.loggedMs, loggedMs), untilMs: max(p.untilMs, untilMs)}
-	if softPin {
-		s.soft[key] = struct{}{}
+	s.recent = append(s.recent, recorded{key: key, p: promise{atMs: atMs, loggedMs: loggedMs, untilMs: untilMs}, softPin: softPin})
+	if len(s.recent) >= maxRecent {
+		s.merge()
 	}
 	s.mu.Unlock()
+}
+
+// merge, under mu, folds recent into the maps: per key the latest of each
+// time, and the soft pin if any read saw one.
+func (s *shard) merge() {
+	for _, r := range s.recent {
+		p := s.renewals[r.key]
+		s.renewals[r.key] = promise{atMs: max(p.atMs, r.p.atMs), loggedMs: max(p.loggedMs, r.p.loggedMs), untilMs: max(p.untilMs, r.p.untilMs)}
+		if r.softPin {
+			s.soft[r.key] = struct{}{}
+		}
+	}
+	clear(s.recent) // the keys are not kept alive
+	s.recent = s.recent[:0]
 }
 
 // Ping records that the client pinged at atMs.
@@ -156,6 +186,7 @@ func (b *Batcher) forgetGone() {
 	for i := range b.shards {
 		s := &b.shards[i]
 		s.mu.Lock()
+		s.merge()
 		for k := range s.renewals {
 			if !b.exists(k) {
 				delete(s.renewals, k)
@@ -172,6 +203,7 @@ func (b *Batcher) drain(all bool) ([]Renewal, []Ping) {
 	for i := range b.shards {
 		s := &b.shards[i]
 		s.mu.Lock()
+		s.merge()
 		var rs map[string]promise
 		if all {
 			// Swap in fresh maps and read the old ones outside the lock.
@@ -208,6 +240,7 @@ func (b *Batcher) Len() (renewals, pings int) {
 	for i := range b.shards {
 		s := &b.shards[i]
 		s.mu.Lock()
+		s.merge()
 		renewals += len(s.renewals)
 		pings += len(s.pings)
 		s.mu.Unlock()

@@ -124,6 +124,26 @@ func TestBatcherCoalesces(t *testing.T) {
 	assert.Empty(t, renewals)
 }
 
+// TestBatcherManyRenewalsBetweenTicks: reads record renewals faster than
+// ticks take them (past the bound at which a read merges them itself);
+// every key still waits once, at its latest time, and a soft pin seen by
+// one read early on survives the merges.
+func TestBatcherManyRenewalsBetweenTicks(t *testing.T) {
+	b := lease.NewBatcher(1000, 1<<20, nil)
+	const rounds = 5000
+	for i := range int64(rounds) {
+		b.Renew("a", i, 10_000, 10_000+i, false)
+		b.Renew("b", rounds-i, 10_000, 10_000, false) // its latest read comes first
+		b.Renew("pinned", i, 10_000, 20_000, i == 0)
+	}
+	r, _ := b.Len()
+	assert.Equal(t, 3, r)
+	due, _ := b.DrainDue()
+	assert.Equal(t, []lease.Renewal{{Key: "pinned", AtMs: rounds - 1}}, due, "the soft pin of the first read, past the coalescing window")
+	all, _ := b.Drain()
+	assert.Equal(t, []lease.Renewal{{Key: "a", AtMs: rounds - 1}, {Key: "b", AtMs: rounds}}, all)
+}
+
 // TestBatcherDrainDue: a regular tick takes every ping and, of the
 // renewals, only a soft-pinned key's that extends its logged lease by the
 // coalescing window; the rest wait for a flush (Drain), lapsed or not.
