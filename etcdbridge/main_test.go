@@ -51,12 +51,12 @@ func runMain(m *testing.M) int {
 }
 
 // newStore returns a store under a prefix no other test uses.
-func newStore(t *testing.T) *Store {
+func newStore(t testing.TB) *Store {
 	t.Helper()
 	return New(testClient, Config{Prefix: fmt.Sprintf("test/%s/%d", t.Name(), prefixSeq.Add(1))})
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	return ctx
