@@ -150,8 +150,8 @@ func (b buffer) desc() oplog.BufferDesc {
 }
 
 func (o *object) descriptors() []oplog.ReplicaDesc {
-	if len(o.replicas) == 1 && len(o.replicas[0].buffers) == 1 {
-		// Nearly every object: one allocation instead of two, on every read.
+	if o.single() {
+		// One allocation instead of two, on every read.
 		one := new(struct {
 			r [1]oplog.ReplicaDesc
 			b [1]oplog.BufferDesc
@@ -215,22 +215,10 @@ func (f *FSM) putEnd(c *PutEnd) Result {
 }
 
 // withStatus returns a copy of o whose replicas, on the same buffers, all
-// have status. One replica of one buffer (nearly every object) is laid
-// out in one allocation with the object: a read of it then touches
-// neighbouring memory, not three allocations, each a cache miss in a
-// large state.
+// have status.
 func (o *object) withStatus(status ReplicaStatus) *object {
-	if len(o.replicas) == 1 && len(o.replicas[0].buffers) == 1 {
-		one := new(struct {
-			o object
-			r [1]replica
-			b [1]buffer
-		})
-		one.o = *o
-		one.b[0] = o.replicas[0].buffers[0]
-		one.r[0] = replica{status: status, buffers: one.b[:]}
-		one.o.replicas = one.r[:]
-		return &one.o
+	if o.single() {
+		return o.laidOut(status)
 	}
 	n := new(object)
 	*n = *o
@@ -239,6 +227,29 @@ func (o *object) withStatus(status ReplicaStatus) *object {
 		n.replicas[i] = replica{status: status, buffers: r.buffers}
 	}
 	return n
+}
+
+// single reports whether o has one replica of one buffer, as nearly every
+// object has.
+func (o *object) single() bool {
+	return len(o.replicas) == 1 && len(o.replicas[0].buffers) == 1
+}
+
+// laidOut returns a copy of a single o (its replica with status) in one
+// allocation with its replica and buffer: a read of it then touches
+// neighbouring memory, not three allocations, each a cache miss in a
+// large state.
+func (o *object) laidOut(status ReplicaStatus) *object {
+	one := new(struct {
+		o object
+		r [1]replica
+		b [1]buffer
+	})
+	one.o = *o
+	one.b[0] = o.replicas[0].buffers[0]
+	one.r[0] = replica{status: status, buffers: one.b[:]}
+	one.o.replicas = one.r[:]
+	return &one.o
 }
 
 func (f *FSM) putRevoke(c *PutRevoke) Result {

@@ -522,6 +522,9 @@ func (rs *restorer) object(d *dec) error {
 	if sess, ok := rs.f.sessions[o.clientID]; ok {
 		o.clientID = sess.clientID
 	}
+	if o.single() {
+		o = o.laidOut(o.replicas[0].status) // as PutEnd lays it out
+	}
 	rs.f.putObject(key, o)
 	return nil
 }
