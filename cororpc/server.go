@@ -13,12 +13,12 @@ import (
 	"github.com/moonraft/moonraft/structpack"
 )
 
-// Handler answers one call. It returns the struct_pack body of the
-// function's result, or a coro_rpc error code (not ErrcOK) and message.
+// Handler answers one call: it appends the struct_pack body of the
+// function's result to dst (the answer's frame, so the body is encoded
+// once, in place) and returns it, or returns a coro_rpc error code (not
+// ErrcOK) and message, and what it appended is dropped. It must not keep
+// dst.
 type Handler interface {
-	// Call appends the call's result to dst and returns it; with an error
-	// code, what it appended is dropped and msg goes to the client. It
-	// must not keep dst.
 	Call(ctx context.Context, functionID uint32, body, dst []byte) (out []byte, errc Errc, msg string)
 }
 
