@@ -32,10 +32,12 @@ trap cleanup EXIT
 # objects through Raft, so the last ones can outlive the client's session
 # and still be mounted when the next run mounts segments of the same names
 # (SEGMENT_ALREADY_EXISTS). A failed status (a busy leader past the
-# timeout) proves nothing.
+# timeout) proves nothing. A 60 s BatchPut leaves ~2 million objects to
+# drop and export: the wait is bounded by ten times the window.
 settle() {
-  local out
-  for _ in $(seq 1 600); do
+  local out bound=$((DURATION * 10 > 120 ? DURATION * 10 : 120)) told=""
+  local deadline=$((SECONDS + bound))
+  while [ "$SECONDS" -lt "$deadline" ]; do
     if out=$("$BIN/moonctl" --endpoints "$1" --timeout 2s segment status 2>/dev/null) && ! grep -q segment_client <<<"$out" &&
       "$BIN/moonctl" --endpoints "$1" --timeout 2s --json status 2>/dev/null | awk -F': ' '
         /"role"/ { role = $2 } /"applied_seq"/ { applied = $2 + 0 }
@@ -43,9 +45,13 @@ settle() {
         END { exit !done }'; then
       return
     fi
+    if [ -z "$told" ] && [ "$((deadline - SECONDS))" -lt "$((bound - 10))" ]; then
+      echo "    waiting for the last run's objects to be dropped and exported (up to ${bound}s)..." >&2
+      told=1
+    fi
     sleep 0.2
   done
-  echo "the last run's segments still mounted, or its OpLog not exported, after 120 s" >&2
+  echo "the last run's segments still mounted, or its OpLog not exported, after ${bound}s" >&2
   exit 1
 }
 
