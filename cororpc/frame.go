@@ -185,19 +185,18 @@ func ReadResponse(r io.Reader) (Response, error) {
 // and attachment.
 func AppendResponse(dst []byte, resp Response) []byte {
 	dst = append(dst, make([]byte, RespHeaderLen)...)
-	putRespHeader(dst[len(dst)-RespHeaderLen:], resp.Header, len(resp.Body))
-	binary.LittleEndian.PutUint32(dst[len(dst)-4:], uint32(len(resp.Attachment)))
+	putRespHeader(dst[len(dst)-RespHeaderLen:], resp.Header, len(resp.Body), len(resp.Attachment))
 	dst = append(dst, resp.Body...)
 	return append(dst, resp.Attachment...)
 }
 
-// putRespHeader writes h into b (RespHeaderLen bytes) for a body of
-// length n and no attachment.
-func putRespHeader(b []byte, h RespHeader, n int) {
+// putRespHeader writes h into b (RespHeaderLen bytes) for a body and an
+// attachment of the given lengths.
+func putRespHeader(b []byte, h RespHeader, body, attachment int) {
 	b[0], b[1], b[2], b[3] = Magic, Version, byte(h.Errc), h.MsgType
 	binary.LittleEndian.PutUint32(b[4:], h.Seq)
-	binary.LittleEndian.PutUint32(b[8:], uint32(n))
-	binary.LittleEndian.PutUint32(b[12:], 0)
+	binary.LittleEndian.PutUint32(b[8:], uint32(body))
+	binary.LittleEndian.PutUint32(b[12:], uint32(attachment))
 }
 
 // readBody reads the body and attachment a header announced; an EOF

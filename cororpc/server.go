@@ -274,6 +274,6 @@ func appendFrame(dst []byte, req Request, call func(dst []byte) ([]byte, Errc, s
 	if errc != ErrcOK {
 		out, _ = structpack.AppendMarshal(out[:head], msg) // a string always encodes
 	}
-	putRespHeader(out[start:head], RespHeader{Magic: Magic, Errc: errc, Seq: req.Header.Seq}, len(out)-head)
+	putRespHeader(out[start:head], RespHeader{Magic: Magic, Errc: errc, Seq: req.Header.Seq}, len(out)-head, 0)
 	return out, true
 }

@@ -302,3 +302,45 @@ func TestForwardedMark(t *testing.T) {
 		p.Close()
 	}
 }
+
+// sloppy appends bytes to dst before it fails or gives up: function 1
+// appends then fails, 2 appends then is not done inline (and echoes on a
+// worker).
+type sloppy struct{}
+
+func (sloppy) Call(ctx context.Context, id uint32, body, dst []byte) ([]byte, Errc, string) {
+	if id == 1 {
+		return append(dst, "half an answer"...), ErrcInvalidArguments, "bad arguments"
+	}
+	return append(dst, body...), ErrcOK, ""
+}
+
+func (sloppy) CallInline(ctx context.Context, id uint32, body, dst []byte) ([]byte, Errc, string, bool) {
+	return append(dst, "would wait"...), 0, "", false
+}
+
+// TestAppendedBytesOfAFailedCallAreDropped: a handler appends its answer
+// to the frame's buffer; what it appended before an error, or before
+// giving up on an inline call, never reaches the client, and the answers
+// around it stay whole.
+func TestAppendedBytesOfAFailedCallAreDropped(t *testing.T) {
+	forEachReader(t, func(t *testing.T, loops int) {
+		c := startServer(t, sloppy{}, loops)
+		var frames []byte
+		frames = append(frames, AppendRequest(nil, Request{Header: ReqHeader{Seq: 1, FunctionID: 2}, Body: []byte("one")})...)
+		frames = append(frames, AppendRequest(nil, Request{Header: ReqHeader{Seq: 2, FunctionID: 1}})...)
+		frames = append(frames, AppendRequest(nil, Request{Header: ReqHeader{Seq: 3, FunctionID: 2}, Body: []byte("three")})...)
+		_, err := c.Write(frames)
+		require.NoError(t, err)
+		got := map[uint32]Response{}
+		for _, a := range readAnswers(t, bufio.NewReader(c), 3) {
+			got[a.Header.Seq] = a
+		}
+		assert.Equal(t, "one", string(got[1].Body))
+		assert.Equal(t, "three", string(got[3].Body))
+		assert.Equal(t, ErrcInvalidArguments, got[2].Header.Errc)
+		var msg string
+		require.NoError(t, structpack.Unmarshal(got[2].Body, &msg))
+		assert.Equal(t, "bad arguments", msg, "the error's body is its message alone")
+	})
+}

@@ -222,11 +222,17 @@ func (o *object) withStatus(status ReplicaStatus) *object {
 	}
 	n := new(object)
 	*n = *o
-	n.replicas = make([]replica, len(o.replicas))
-	for i, r := range o.replicas {
-		n.replicas[i] = replica{status: status, buffers: r.buffers}
-	}
+	n.replicas = restatus(o.replicas, status)
 	return n
+}
+
+// restatus returns copies of rs, on the same buffers, with status.
+func restatus(rs []replica, status ReplicaStatus) []replica {
+	out := make([]replica, len(rs))
+	for i, r := range rs {
+		out[i] = replica{status: status, buffers: r.buffers}
+	}
+	return out
 }
 
 // single reports whether o has one replica of one buffer, as nearly every

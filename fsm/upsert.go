@@ -55,10 +55,7 @@ func (f *FSM) upsertStart(c *UpsertStart) Result {
 	n.putStartMs = f.nowMs
 	n.softPin = o.softPin || c.SoftPin
 	if f.sameLayout(o, c.SliceLengths) {
-		n.replicas = make([]replica, len(o.replicas))
-		for i, r := range o.replicas {
-			n.replicas[i] = replica{status: Processing, buffers: r.buffers}
-		}
+		n.replicas = restatus(o.replicas, Processing)
 		n.keySeq++
 		f.emit(oplog.OpRemove, c.Key, nil, n.keySeq, oplog.SourceUpsert)
 	} else {
