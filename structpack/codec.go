@@ -38,8 +38,9 @@ func AppendMarshal(dst []byte, v any) ([]byte, error) {
 	if err != nil {
 		return dst, err
 	}
-	if l.packer {
-		// A Packer is reached through its address.
+	if l.packs {
+		// A Packer is reached through its address, in a value passed by
+		// value as much as in one passed by pointer.
 		p := reflect.New(rv.Type())
 		p.Elem().Set(rv)
 		rv = p.Elem()

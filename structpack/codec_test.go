@@ -139,3 +139,43 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+// counted encodes itself (the bytes of its twin, countedTwin) and counts
+// how often it was asked to.
+type counted struct{ Name string }
+
+var packs int
+
+type countedTwin struct{ Name string }
+
+func (c *counted) PackMaxLen() (int, bool) { return len(c.Name), true }
+
+func (c *counted) AppendPack(b []byte, width int) ([]byte, bool) {
+	packs++
+	return append(AppendLength(b, width, len(c.Name)), c.Name...), true
+}
+
+func TestPackerIsUsedWhereverItSits(t *testing.T) {
+	c := counted{Name: "key"}
+	for _, tc := range []struct {
+		name       string
+		v, twin    any
+		wantPacked int
+	}{
+		{"by value", c, countedTwin{"key"}, 1},
+		{"by pointer", &c, &countedTwin{"key"}, 1},
+		{"in an expected passed by value", OK(c), OK(countedTwin{"key"}), 1},
+		{"in a struct passed by value", struct{ C counted }{c}, struct{ C countedTwin }{countedTwin{"key"}}, 1},
+		{"in a slice", []counted{c, c}, []countedTwin{{"key"}, {"key"}}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			packs = 0
+			got, err := Marshal(tc.v)
+			require.NoError(t, err)
+			require.Equal(t, tc.wantPacked, packs)
+			want, err := Marshal(tc.twin)
+			require.NoError(t, err)
+			require.Equal(t, want, got)
+		})
+	}
+}

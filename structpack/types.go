@@ -171,6 +171,7 @@ type layout struct {
 	class   class
 	trivial bool // fixed size: copied as its C layout
 	packer  bool // the type's pointer is a Packer
+	packs   bool // the type or a part of it is a Packer
 	size    int
 	align   int
 	// The layouts of the parts, resolved once so that a value costs no
@@ -194,8 +195,24 @@ func layoutOf(t reflect.Type) (*layout, error) {
 		return nil, err
 	}
 	l.hash = Hash(l.literal)
+	l.packs = l.hasPacker()
 	layouts.Store(t, l)
 	return l, nil
+}
+
+func (l *layout) hasPacker() bool {
+	if l == nil {
+		return false
+	}
+	if l.packer || l.elem.hasPacker() || l.key.hasPacker() {
+		return true
+	}
+	for _, p := range append(l.fields[:len(l.fields):len(l.fields)], l.alts...) {
+		if p.hasPacker() {
+			return true
+		}
+	}
+	return false
 }
 
 func fixed(id byte, size int) *layout {
