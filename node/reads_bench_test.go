@@ -52,13 +52,10 @@ func BenchmarkReads(b *testing.B) {
 }
 
 // BenchmarkMooncakeBatchGet is the leader's answer to master_bench's
-// BatchGet without the network: 40,000 objects (its prefill at 4 clients),
-// batches of 128 random keys through the event loop's inline call, decode
-// to encoded answer. Reported per key; the working set is past the CPU's
-// caches, as in the real run.
-//
-//	go test -run '^$' -bench MooncakeBatchGet -benchmem ./node/
-func BenchmarkMooncakeBatchGet(b *testing.B) {
+// mooncakeReads is a leader holding what master_bench's prefill at 4
+// clients leaves (40,000 objects, past the CPU's caches as in the real
+// run), its Mooncake front and the objects' keys.
+func mooncakeReads(b *testing.B) (*mooncakeFront, []string) {
 	const objects, batch = 40_000, 128
 	c := newCluster(b, 3, 100*time.Millisecond, func(cfg *Config) { cfg.Logger = quiet(cfg.ID) })
 	nd := c.nodes[c.leader()]
@@ -79,20 +76,14 @@ func BenchmarkMooncakeBatchGet(b *testing.B) {
 			}
 		}
 	}
-	front := &mooncakeFront{n: nd, local: mooncakeapi.NewHandler(nd, nd.log, uint64(nd.cfg.Params.LeaseTTLMs))}
-	id := mooncakeapi.FunctionID("BatchGetReplicaList")
-	rng := rand.New(rand.NewPCG(1, 2))
-	bodies := make([][]byte, 256)
-	for i := range bodies {
-		a := mooncakeapi.KeysArgs{TenantID: "default"}
-		for range batch {
-			a.Keys = append(a.Keys, keys[rng.IntN(objects)])
-		}
-		var err error
-		if bodies[i], err = structpack.Marshal(a); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return &mooncakeFront{n: nd, local: mooncakeapi.NewHandler(nd, nd.log, uint64(nd.cfg.Params.LeaseTTLMs))}, keys
+}
+
+// inlineCalls makes the calls of bodies in turn through the event loop's
+// inline call, from decoded request to encoded answer, and reports per
+// key.
+func inlineCalls(b *testing.B, front *mooncakeFront, name string, bodies [][]byte, keysPerCall int) {
+	id := mooncakeapi.FunctionID(name)
 	// The first read confirms the leader's lease (a quorum round, which an
 	// inline call does not wait for).
 	if _, errc, msg := front.Call(b.Context(), id, bodies[0], nil); errc != 0 {
@@ -107,5 +98,42 @@ func BenchmarkMooncakeBatchGet(b *testing.B) {
 		}
 		out = res
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/key")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*keysPerCall), "ns/key")
+}
+
+// BatchGet without the network, batches of 128 random keys.
+//
+//	go test -run '^$' -bench MooncakeBatchGet -benchmem ./node/
+func BenchmarkMooncakeBatchGet(b *testing.B) {
+	const batch = 128
+	front, keys := mooncakeReads(b)
+	rng := rand.New(rand.NewPCG(1, 2))
+	bodies := make([][]byte, 256)
+	for i := range bodies {
+		a := mooncakeapi.KeysArgs{TenantID: "default"}
+		for range batch {
+			a.Keys = append(a.Keys, keys[rng.IntN(len(keys))])
+		}
+		var err error
+		if bodies[i], err = structpack.Marshal(a); err != nil {
+			b.Fatal(err)
+		}
+	}
+	inlineCalls(b, front, "BatchGetReplicaList", bodies, batch)
+}
+
+// Get without the network, one random key a call.
+//
+//	go test -run '^$' -bench MooncakeGet -benchmem ./node/
+func BenchmarkMooncakeGet(b *testing.B) {
+	front, keys := mooncakeReads(b)
+	rng := rand.New(rand.NewPCG(1, 2))
+	bodies := make([][]byte, 4096)
+	for i := range bodies {
+		var err error
+		if bodies[i], err = structpack.Marshal(mooncakeapi.KeyArgs{Key: keys[rng.IntN(len(keys))], TenantID: "default"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	inlineCalls(b, front, "GetReplicaList", bodies, 1)
 }
