@@ -133,7 +133,7 @@ func (l *leadership) run() {
 func (l *leadership) lease() (leaseToken, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return leaseToken(l.epoch), l.validLocked()
+	return leaseToken(l.epoch), l.validLocked(l.now())
 }
 
 // holds reports whether the lease a read started under (tok) still holds:
@@ -146,18 +146,19 @@ func (l *leadership) lease() (leaseToken, bool) {
 func (l *leadership) holds(tok leaseToken) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if leaseToken(l.epoch) != tok || !l.validLocked() {
+	now := l.now() // one reading for both questions: a clock read is a tenth of a Get
+	if leaseToken(l.epoch) != tok || !l.validLocked(now) {
 		return false
 	}
-	if !l.running && l.until.Sub(l.now()) < l.dur/2 {
+	if !l.running && l.until.Sub(now) < l.dur/2 {
 		l.renew = true
 		l.startLocked()
 	}
 	return true
 }
 
-func (l *leadership) validLocked() bool {
-	return l.dur > 0 && l.suspended == 0 && l.now().Before(l.until) && l.leaseTerm == l.term()
+func (l *leadership) validLocked(now time.Time) bool {
+	return l.dur > 0 && l.suspended == 0 && now.Before(l.until) && l.leaseTerm == l.term()
 }
 
 // drop ends the lease now; a round already running cannot re-establish it.
@@ -194,10 +195,11 @@ func (l *leadership) suspend() (resume func()) {
 func (l *leadership) remaining() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.validLocked() {
+	now := l.now()
+	if !l.validLocked(now) {
 		return 0
 	}
-	return l.until.Sub(l.now())
+	return l.until.Sub(now)
 }
 
 // logRound is one leadership round: a Barrier entry, appended after the
