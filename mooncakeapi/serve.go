@@ -65,9 +65,9 @@ func (h *Handler) CallInline(ctx context.Context, id uint32, body, dst []byte) (
 	if !keyReads[id] {
 		return dst, 0, "", false
 	}
-	ctx, waited := transport.NoWait(ctx)
-	out, errc, msg := h.Call(ctx, id, body, dst)
-	if waited() {
+	nctx := transport.NoWait(ctx)
+	out, errc, msg := h.Call(nctx, id, body, dst)
+	if nctx.Waited() {
 		return dst, 0, "", false
 	}
 	return out, errc, msg, true

@@ -113,9 +113,9 @@ func TestNoWaitReadsGiveUp(t *testing.T) {
 	require.NoError(t, nd.confirmLeader(ctx(t)))
 
 	read := func(nd *Node, key string) (waited bool, err error) {
-		nctx, wouldWait := transport.NoWait(ctx(t))
+		nctx := transport.NoWait(ctx(t))
 		_, _, err = nd.GetReplicaList(nctx, key)
-		return wouldWait(), err
+		return nctx.Waited(), err
 	}
 	waited, err := read(nd, "k")
 	require.NoError(t, err)
