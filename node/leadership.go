@@ -146,7 +146,7 @@ func (l *leadership) lease() (leaseToken, bool) {
 func (l *leadership) holds(tok leaseToken) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now() // one reading for both questions: a clock read is a tenth of a Get
+	now := l.now() // taken after the read, it answers both questions (a reading is ~50 ns in a VM)
 	if leaseToken(l.epoch) != tok || !l.validLocked(now) {
 		return false
 	}

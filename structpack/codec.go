@@ -39,8 +39,8 @@ func AppendMarshal(dst []byte, v any) ([]byte, error) {
 		return dst, err
 	}
 	if l.packs {
-		// A Packer is reached through its address, in a value passed by
-		// value as much as in one passed by pointer.
+		// A Packer is reached through its address: a copy makes v and its
+		// parts (an expected<>'s value, a field) addressable.
 		p := reflect.New(rv.Type())
 		p.Elem().Set(rv)
 		rv = p.Elem()
