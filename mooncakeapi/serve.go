@@ -154,7 +154,7 @@ func replicasOf(rs []oplog.ReplicaDesc) ([]ReplicaDescriptor, error) {
 		}
 		protocol := b.Protocol
 		if protocol == "" {
-			protocol = DefaultProtocol
+			protocol = defaultProtocol
 		}
 		out[i] = ReplicaDescriptor{ID: uint64(i + 1), Status: status,
 			Descriptor: Memory(BufferDescriptor{Size: b.Size, BufferAddress: b.Address, Protocol: protocol, TransportEndpoint: b.Endpoint})}
@@ -162,12 +162,12 @@ func replicasOf(rs []oplog.ReplicaDesc) ([]ReplicaDescriptor, error) {
 	return out, nil
 }
 
-// DefaultProtocol is the transfer protocol a buffer's descriptor names when
+// defaultProtocol is the transfer protocol a buffer's descriptor names when
 // its segment was mounted without one (master_bench mounts so): the C++
 // master's buffers say "tcp" unless told otherwise (types.h
 // DEFAULT_PROTOCOL), and a client ranking replicas by protocol takes an
 // empty one for an unknown, least preferred one.
-const DefaultProtocol = "tcp"
+const defaultProtocol = "tcp"
 
 func expectedReplicas(rs []oplog.ReplicaDesc, err error) Expected[[]ReplicaDescriptor] {
 	if err != nil {

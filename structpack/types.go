@@ -200,6 +200,8 @@ func layoutOf(t reflect.Type) (*layout, error) {
 	return l, nil
 }
 
+// hasPacker reports whether l or one of its parts is a Packer's (see
+// layout.packs).
 func (l *layout) hasPacker() bool {
 	if l == nil {
 		return false
@@ -207,7 +209,12 @@ func (l *layout) hasPacker() bool {
 	if l.packer || l.elem.hasPacker() || l.key.hasPacker() {
 		return true
 	}
-	for _, p := range append(l.fields[:len(l.fields):len(l.fields)], l.alts...) {
+	for _, p := range l.fields {
+		if p.hasPacker() {
+			return true
+		}
+	}
+	for _, p := range l.alts {
 		if p.hasPacker() {
 			return true
 		}
