@@ -81,17 +81,28 @@ func serve[A, R any](h *Handler, name string, f func(ctx context.Context, a A) R
 	if fn.Name != name || fn.Result != reflect.TypeFor[R]() || (fn.Args != args && !(fn.Args == nil && args == reflect.TypeFor[Void]())) {
 		panic("mooncakeapi: " + name + " served with types other than its table entry") // a programming error, caught by every test
 	}
+	// The codecs are resolved once: a call then costs no layout look-up,
+	// and the answer is encoded in place, not boxed and copied.
+	argsCodec, err := structpack.CodecOf[A]()
+	if err != nil {
+		panic("mooncakeapi: " + name + "'s arguments have no encoding: " + err.Error())
+	}
+	resultCodec, err := structpack.CodecOf[R]()
+	if err != nil {
+		panic("mooncakeapi: " + name + "'s result has no encoding: " + err.Error())
+	}
 	h.table[fn.ID] = func(ctx context.Context, body, dst []byte) ([]byte, cororpc.Errc, string) {
 		var a A
 		if fn.Args != nil {
-			if err := structpack.Unmarshal(body, &a); err != nil {
+			if err := argsCodec.Unmarshal(body, &a); err != nil {
 				h.log.Warn("mooncake protocol: undecodable arguments", "function", name, "error", err)
 				return dst, cororpc.ErrcInvalidArguments, "invalid rpc arg"
 			}
 		} else if len(body) != 0 {
 			return dst, cororpc.ErrcInvalidArguments, "invalid rpc arg"
 		}
-		out, err := structpack.AppendMarshal(dst, f(ctx, a))
+		r := f(ctx, a)
+		out, err := resultCodec.Append(dst, &r)
 		if err != nil {
 			h.log.Error("mooncake protocol: unencodable result", "function", name, "error", err)
 			return dst, cororpc.ErrcRPCThrowException, err.Error()

@@ -215,36 +215,46 @@ func (n *Node) confirmLeader(ctx context.Context) error {
 // GetReplicaList is a linearizable read of key that grants a read lease:
 // the renewal is recorded for the next Tick before the answer goes out.
 func (n *Node) GetReplicaList(ctx context.Context, key string) ([]oplog.ReplicaDesc, fsm.Grant, error) {
-	rs, err := n.BatchGetReplicaList(ctx, []string{key})
-	if err != nil {
+	var r [1]fsm.KeyRead // on the stack: a lone read allocates no batch
+	if err := n.batchRead(ctx, []string{key}, r[:], (*fsm.FSM).GetReplicaList); err != nil {
 		return nil, fsm.Grant{}, err
 	}
-	return rs[0].Replicas, rs[0].Grant, rs[0].Err
+	return r[0].Replicas, r[0].Grant, r[0].Err
 }
 
 // ExistKey is a linearizable existence check that grants a lease if found.
 func (n *Node) ExistKey(ctx context.Context, key string) (bool, fsm.Grant, error) {
-	rs, err := n.BatchExistKey(ctx, []string{key})
-	if err != nil {
+	var r [1]fsm.KeyRead
+	if err := n.batchRead(ctx, []string{key}, r[:], (*fsm.FSM).ExistKey); err != nil {
 		return false, fsm.Grant{}, err
 	}
-	return rs[0].Found, rs[0].Grant, rs[0].Err
+	return r[0].Found, r[0].Grant, r[0].Err
 }
 
 // BatchGetReplicaList reads every key in one pass: one leadership check,
 // one gate pass and one state lock for the whole batch.
 func (n *Node) BatchGetReplicaList(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
-	return n.batchRead(ctx, keys, (*fsm.FSM).GetReplicaList)
+	return n.readEach(ctx, keys, (*fsm.FSM).GetReplicaList)
 }
 
 // BatchExistKey checks every key in one pass, like BatchGetReplicaList.
 func (n *Node) BatchExistKey(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
-	return n.batchRead(ctx, keys, (*fsm.FSM).ExistKey)
+	return n.readEach(ctx, keys, (*fsm.FSM).ExistKey)
 }
 
-func (n *Node) batchRead(ctx context.Context, keys []string, read func(f *fsm.FSM, key string, nowMs int64) fsm.KeyRead) ([]fsm.KeyRead, error) {
+type keyReader = func(f *fsm.FSM, key string, nowMs int64) fsm.KeyRead
+
+func (n *Node) readEach(ctx context.Context, keys []string, read keyReader) ([]fsm.KeyRead, error) {
 	out := make([]fsm.KeyRead, len(keys))
-	err := n.linearizable(ctx, func() error {
+	if err := n.batchRead(ctx, keys, out, read); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// batchRead reads keys[i] into out[i].
+func (n *Node) batchRead(ctx context.Context, keys []string, out []fsm.KeyRead, read keyReader) error {
+	return n.linearizable(ctx, func() error {
 		return n.gate.readKeys(ctx, keys, func() {
 			now := n.now()
 			n.sm.read(func(f *fsm.FSM) {
@@ -259,10 +269,6 @@ func (n *Node) batchRead(ctx context.Context, keys []string, read func(f *fsm.FS
 			}
 		})
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // renew records the lease a read returned for a later Tick.

@@ -45,6 +45,10 @@ func AppendMarshal(dst []byte, v any) ([]byte, error) {
 		p.Elem().Set(rv)
 		rv = p.Elem()
 	}
+	return appendValue(dst, rv, l)
+}
+
+func appendValue(dst []byte, rv reflect.Value, l *layout) ([]byte, error) {
 	width := lengthWidth(maxLen(rv, l))
 	meta := byte(metaTypeLiteral)
 	switch width {
@@ -63,6 +67,27 @@ func AppendMarshal(dst []byte, v any) ([]byte, error) {
 		return dst, err
 	}
 	return e.b, nil
+}
+
+// Codec encodes and decodes T with T's layout resolved once, and encodes
+// from a pointer, so a Packer in T is reached without copying T: for a
+// server that answers the same types on every call.
+type Codec[T any] struct{ l *layout }
+
+// CodecOf returns T's Codec, or why T has no struct_pack encoding.
+func CodecOf[T any]() (Codec[T], error) {
+	l, err := layoutOf(reflect.TypeFor[T]())
+	return Codec[T]{l}, err
+}
+
+// Append is AppendMarshal of *v.
+func (c Codec[T]) Append(dst []byte, v *T) ([]byte, error) {
+	return appendValue(dst, reflect.ValueOf(v).Elem(), c.l)
+}
+
+// Unmarshal is Unmarshal into v.
+func (c Codec[T]) Unmarshal(b []byte, v *T) error {
+	return decodeValue(b, reflect.ValueOf(v).Elem(), c.l)
 }
 
 func lengthWidth(n int) int {
@@ -314,12 +339,16 @@ func Unmarshal(b []byte, v any) error {
 	if err != nil {
 		return err
 	}
+	return decodeValue(b, rv.Elem(), l)
+}
+
+func decodeValue(b []byte, rv reflect.Value, l *layout) error {
 	if len(b) < 4 {
 		return fmt.Errorf("structpack: %d bytes, too short for the type hash", len(b))
 	}
 	head := binary.LittleEndian.Uint32(b)
 	if want := l.hash; head&^1 != want {
-		return fmt.Errorf("%w: type hash %#08x, %v is %#08x", ErrMismatch, head&^1, rv.Type().Elem(), want)
+		return fmt.Errorf("%w: type hash %#08x, %v is %#08x", ErrMismatch, head&^1, rv.Type(), want)
 	}
 	d := decoder{b: b[4:], width: 1}
 	if head&1 != 0 {
@@ -335,16 +364,16 @@ func Unmarshal(b []byte, v any) error {
 		if meta&metaTypeLiteral != 0 {
 			n := len(l.literal)
 			if len(d.b) < n+1 || string(d.b[:n]) != string(l.literal) || d.b[n] != 0 {
-				return fmt.Errorf("%w: the type literal sent is not %v's", ErrMismatch, rv.Type().Elem())
+				return fmt.Errorf("%w: the type literal sent is not %v's", ErrMismatch, rv.Type())
 			}
 			d.b = d.b[n+1:]
 		}
 	}
-	if err := d.value(rv.Elem(), l); err != nil {
+	if err := d.value(rv, l); err != nil {
 		return err
 	}
 	if len(d.b) != 0 {
-		return fmt.Errorf("structpack: %d trailing bytes after %v", len(d.b), rv.Type().Elem())
+		return fmt.Errorf("structpack: %d trailing bytes after %v", len(d.b), rv.Type())
 	}
 	return nil
 }

@@ -179,3 +179,33 @@ func TestPackerIsUsedWhereverItSits(t *testing.T) {
 		})
 	}
 }
+
+// A Codec encodes and decodes as Marshal and Unmarshal do, reaching a
+// Packer inside T without a copy of T.
+func TestCodecMatchesMarshalAndUnmarshal(t *testing.T) {
+	v := OK(struct{ C counted }{counted{Name: "key"}})
+	c, err := CodecOf[Expected[struct{ C counted }]]()
+	require.NoError(t, err)
+	packs = 0
+	got, err := c.Append([]byte("head"), &v)
+	require.NoError(t, err)
+	require.Equal(t, 1, packs)
+	want, err := AppendMarshal([]byte("head"), v)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	var back Expected[struct{ C counted }]
+	require.NoError(t, c.Unmarshal(got[len("head"):], &back))
+	require.Equal(t, v, back)
+	require.ErrorIs(t, c.Unmarshal(mustMarshal(t, "not it"), &back), ErrMismatch)
+
+	_, err = CodecOf[chan int]()
+	require.Error(t, err)
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := Marshal(v)
+	require.NoError(t, err)
+	return b
+}
