@@ -50,6 +50,9 @@ type Config struct {
 	// MooncakeAddr serves the Mooncake master's own protocol (coro_rpc,
 	// release 0.3.12.post1) for unmodified Mooncake clients; empty for none.
 	MooncakeAddr string
+	// MooncakeLoops is the number of event loops serving MooncakeAddr
+	// (cororpc.Server.Loops: 0 for its default).
+	MooncakeLoops int
 	Pprof        bool   // also serve Go's profiler at /debug/pprof/ on HTTPAddr
 	Join         string // gRPC address of a member to join through when the data dir is empty
 	ClusterID    string

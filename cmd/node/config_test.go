@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -171,4 +172,32 @@ func TestGCPercent(t *testing.T) {
 	o, err = parseArgs([]string{"--gc-percent", "-1"})
 	require.NoError(t, err)
 	assert.Equal(t, -1, o.gcPercent, "the flag wins")
+}
+
+// The Mooncake protocol's event loops default to one per CPU Go may use,
+// and each loop gets a P of its own unless GOMAXPROCS was set by hand.
+func TestMooncakeLoops(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(procs)
+	for _, tc := range []struct {
+		name          string
+		flag          int
+		gomaxprocsSet bool
+		wantLoops     int
+		wantProcs     int
+	}{
+		{"default", 0, false, procs, 2 * procs},
+		{"given", 3, false, 3, procs + 3},
+		{"GOMAXPROCS set by hand", 0, true, procs, procs},
+		{"no loops", -1, false, -1, procs},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runtime.GOMAXPROCS(procs)
+			assert.Equal(t, tc.wantLoops, mooncakeLoops(tc.flag, tc.gomaxprocsSet))
+			assert.Equal(t, tc.wantProcs, runtime.GOMAXPROCS(0))
+		})
+	}
+	o, err := parseArgs([]string{"--id", "n0", "--mooncake-loops", "2"})
+	require.NoError(t, err)
+	assert.Equal(t, 2, o.cfg.MooncakeLoops)
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -120,6 +121,8 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	fs.IntVar(&cfg.Limits.MaxBatch, "max-batch", transport.MaxBatch, "most keys or items in one batch RPC")
 	fs.IntVar(&cfg.Limits.MaxRegexLen, "max-regex-len", 4096, "longest regex of GetReplicaListByRegex and RemoveByRegex (at most 4096)")
 	fs.IntVar(&cfg.Limits.MaxInFlightPerClient, "max-in-flight-per-client", transport.DefaultMaxInFlightPerClient, "requests one client (client id, else connection) may have in progress at once; -1: no cap")
+	fs.IntVar(&cfg.MooncakeLoops, "mooncake-loops", 0,
+		"event loops serving --mooncake-addr; 0: one per CPU Go may use ($GOMAXPROCS), each given a P of its own (docs/OPERATIONS.md); -1: a goroutine per connection")
 	fs.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent(os.Getenv("GOGC")),
 		"Go's GOGC: the heap may grow this many percent over the live heap before a collection (-1: off); higher spends memory to save CPU per write (docs/OPERATIONS.md)")
 	fs.IntVar(&cfg.MaxPendingWrites, "max-pending-writes", node.DefaultMaxPendingWrites, "client writes this node may have waiting for the log at once; past it a write is refused with TOO_MANY_REQUESTS; -1: no bound")
@@ -223,6 +226,26 @@ func defaultGCPercent(env string) int {
 	return n
 }
 
+// mooncakeLoops is the number of the Mooncake protocol's event loops for
+// --mooncake-loops n, and gives each loop a P of its own unless GOMAXPROCS
+// was set by hand. A loop sleeps in epoll_wait holding its P until the
+// runtime's monitor takes it back (after 20 µs or more, once other
+// goroutines wait); without the extra Ps, two loops on two CPUs made Get
+// slower, with them faster (docs/BENCHMARKS.md, "Reads, ninth pass").
+func mooncakeLoops(n int, gomaxprocsSet bool) int {
+	if n < 0 {
+		return n
+	}
+	procs := runtime.GOMAXPROCS(0)
+	if n == 0 {
+		n = procs
+	}
+	if !gomaxprocsSet {
+		runtime.GOMAXPROCS(procs + n)
+	}
+	return n
+}
+
 func anyHTTPS(endpoints []string) bool {
 	for _, e := range endpoints {
 		if strings.HasPrefix(e, "https://") {
@@ -250,6 +273,9 @@ func run(args []string) error {
 	}
 	cfg := o.cfg
 	debug.SetGCPercent(o.gcPercent)
+	if cfg.MooncakeAddr != "" {
+		cfg.MooncakeLoops = mooncakeLoops(cfg.MooncakeLoops, os.Getenv("GOMAXPROCS") != "")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if o.followEtcd {
