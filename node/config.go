@@ -53,9 +53,9 @@ type Config struct {
 	// MooncakeLoops is the number of event loops serving MooncakeAddr
 	// (cororpc.Server.Loops: 0 for its default).
 	MooncakeLoops int
-	Pprof        bool   // also serve Go's profiler at /debug/pprof/ on HTTPAddr
-	Join         string // gRPC address of a member to join through when the data dir is empty
-	ClusterID    string
+	Pprof         bool   // also serve Go's profiler at /debug/pprof/ on HTTPAddr
+	Join          string // gRPC address of a member to join through when the data dir is empty
+	ClusterID     string
 
 	Bootstrap bool   // form a new cluster from Peers if DataDir holds no Raft state
 	Peers     []Peer // identical on every bootstrapping node
