@@ -51,9 +51,9 @@ type Server struct {
 	Handler     Handler
 	Logger      Logger
 	MaxInFlight int // per connection; 0 means 256
-	// Loops is the number of event loops (on Linux): 0 means one per two
-	// of GOMAXPROCS, at least one; a negative number means none, a reader
-	// goroutine per connection.
+	// Loops is the number of event loops (on Linux): 0 means
+	// DefaultLoops(); a negative number means none, a reader goroutine per
+	// connection.
 	Loops int
 }
 
@@ -92,10 +92,16 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 }
 
+// DefaultLoops is Server.Loops' default: one event loop per two of
+// GOMAXPROCS, at least one.
+func DefaultLoops() int {
+	return max(1, runtime.GOMAXPROCS(0)/2)
+}
+
 func (s *Server) startLoops(ctx context.Context, wg *sync.WaitGroup) ([]*reactor, error) {
 	n := s.Loops
 	if n == 0 {
-		n = max(1, runtime.GOMAXPROCS(0)/2)
+		n = DefaultLoops()
 	}
 	var loops []*reactor
 	for range n {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/moonraft/moonraft/cororpc"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/internal/listflag"
 	"github.com/moonraft/moonraft/node"
@@ -122,7 +123,7 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	fs.IntVar(&cfg.Limits.MaxRegexLen, "max-regex-len", 4096, "longest regex of GetReplicaListByRegex and RemoveByRegex (at most 4096)")
 	fs.IntVar(&cfg.Limits.MaxInFlightPerClient, "max-in-flight-per-client", transport.DefaultMaxInFlightPerClient, "requests one client (client id, else connection) may have in progress at once; -1: no cap")
 	fs.IntVar(&cfg.MooncakeLoops, "mooncake-loops", 0,
-		"event loops serving --mooncake-addr; 0: one per CPU Go may use ($GOMAXPROCS), each given a P of its own (docs/OPERATIONS.md); -1: a goroutine per connection")
+		"event loops serving --mooncake-addr, each given a P of its own (docs/OPERATIONS.md); 0: one per two CPUs Go may use ($GOMAXPROCS), at least one; -1: a goroutine per connection")
 	fs.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent(os.Getenv("GOGC")),
 		"Go's GOGC: the heap may grow this many percent over the live heap before a collection (-1: off); higher spends memory to save CPU per write (docs/OPERATIONS.md)")
 	fs.IntVar(&cfg.MaxPendingWrites, "max-pending-writes", node.DefaultMaxPendingWrites, "client writes this node may have waiting for the log at once; past it a write is refused with TOO_MANY_REQUESTS; -1: no bound")
@@ -227,18 +228,19 @@ func defaultGCPercent(env string) int {
 }
 
 // mooncakeLoops is the number of the Mooncake protocol's event loops for
-// --mooncake-loops n, and gives each loop a P of its own unless GOMAXPROCS
-// was set by hand. A loop sleeps in epoll_wait holding its P until the
-// runtime's monitor takes it back (after 20 µs or more, once other
-// goroutines wait); without the extra Ps, two loops on two CPUs made Get
-// slower, with them faster (docs/BENCHMARKS.md, "Reads, ninth pass").
+// --mooncake-loops n (0: cororpc's default), and gives each loop a P of its
+// own unless GOMAXPROCS was set by hand: a loop sleeps in epoll_wait
+// holding its P until the runtime's monitor takes it back, and without the
+// extra Ps two loops on two CPUs made Get slower. One loop per CPU was not
+// reliably faster than the default (docs/BENCHMARKS.md, "Reads, tenth
+// pass").
 func mooncakeLoops(n int, gomaxprocsSet bool) int {
 	if n < 0 {
 		return n
 	}
 	procs := runtime.GOMAXPROCS(0)
 	if n == 0 {
-		n = procs
+		n = cororpc.DefaultLoops()
 	}
 	if !gomaxprocsSet {
 		runtime.GOMAXPROCS(procs + n)
