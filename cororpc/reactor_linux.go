@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // reactor serves TCP connections from one goroutine that waits in
@@ -30,6 +32,9 @@ type reactor struct {
 	// alone): the socket takes them, or they are copied to the
 	// connection's out.
 	answers []byte
+	// clock and yield are time.Now and runtime.Gosched but in tests.
+	clock func() time.Time
+	yield func()
 
 	mu    sync.Mutex
 	conns map[int32]*rconn // by file descriptor
@@ -64,6 +69,16 @@ const (
 	evIn  = syscall.EPOLLIN | syscall.EPOLLRDHUP
 	evOut = syscall.EPOLLOUT
 
+	// yieldEvery is how long the loop runs, serving and waiting in
+	// epoll_wait, before it passes through Go's scheduler. A goroutine
+	// that never does looks to the runtime's monitor like one that has run
+	// for 10 ms without a break: the monitor takes its P while it waits
+	// in epoll_wait, hands the P to another thread, and then wakes every
+	// 20 µs for a millisecond or more. Without the pass, the monitor took
+	// a busy loop's P ~200 times a second and a Get cost the leader 33 µs
+	// of CPU instead of 28.5 (docs/BENCHMARKS.md, "Reads, eleventh pass").
+	yieldEvery = 4 * time.Millisecond
+
 	readChunk = 16 << 10
 	// outLimit is the answer bytes a connection may have waiting for its
 	// socket before the loop stops reading its requests: a client that
@@ -81,7 +96,8 @@ func newReactor(ctx context.Context, s *Server) (*reactor, error) {
 		syscall.Close(epfd)
 		return nil, fmt.Errorf("eventfd2: %w", errno)
 	}
-	r := &reactor{s: s, ctx: ctx, epfd: epfd, wakefd: int(wakefd), conns: map[int32]*rconn{}, limit: s.MaxInFlight}
+	r := &reactor{s: s, ctx: ctx, epfd: epfd, wakefd: int(wakefd), conns: map[int32]*rconn{}, limit: s.MaxInFlight,
+		clock: time.Now, yield: runtime.Gosched}
 	if r.limit <= 0 {
 		r.limit = 256
 	}
@@ -150,7 +166,12 @@ func (r *reactor) stop() {
 func (r *reactor) run() {
 	defer r.shutdown()
 	events := make([]syscall.EpollEvent, 128)
+	last := r.clock()
 	for {
+		if now := r.clock(); now.Sub(last) > yieldEvery {
+			r.yield()
+			last = now
+		}
 		n, err := syscall.EpollWait(r.epfd, events, -1)
 		if err != nil {
 			if errors.Is(err, syscall.EINTR) {
