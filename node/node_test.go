@@ -198,8 +198,10 @@ func put(t *testing.T, nd *Node, key string) {
 }
 
 // put is put on whichever node leads: an overloaded machine may move the
-// leadership between two calls, and NOT_LEADER is a refusal before
-// anything was applied, safe to retry.
+// leadership between two calls. NOT_LEADER is a refusal before anything
+// was applied, safe to retry; after OUTCOME_UNKNOWN the retried PutStart
+// finds the key already there if the lost one was applied (PutEnd is
+// idempotent).
 func (c *cluster) put(t *testing.T, key string) {
 	t.Helper()
 	now := time.Now().UnixMilli()
@@ -208,15 +210,23 @@ func (c *cluster) put(t *testing.T, key string) {
 		&fsm.PutEnd{NowMs: now, Key: key, ClientID: "c1"},
 	} {
 		var r fsm.Result
+		unknown := false
 		require.Eventually(t, func() bool {
 			var err error
 			r, err = c.nodes[c.leader()].Propose(ctx(t), cmd)
-			if errcode.Of(err) == errcode.NotLeader {
+			switch errcode.Of(err) {
+			case errcode.NotLeader:
+				return false
+			case errcode.OutcomeUnknown:
+				unknown = true
 				return false
 			}
 			require.NoError(t, err)
 			return true
 		}, 10*time.Second, 10*time.Millisecond, "no leader took %s", key)
+		if unknown && errcode.Of(r.Err) == errcode.ObjectAlreadyExists {
+			continue
+		}
 		require.NoError(t, r.Err)
 	}
 }
