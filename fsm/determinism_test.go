@@ -14,7 +14,10 @@ import (
 // FSMs, and from the middle on to a third restored from a snapshot of the
 // first. The second and third keep the leader's key index (IndexKeys); the
 // second drops it every 200 commands and fills it again a key every few
-// commands, so that commands meet it partly built. At every
+// commands, so that commands meet it partly built. Every 997 commands the
+// second is snapshotted, and the snapshot written 300 commands later (as
+// Raft persists one while applies go on) must restore to the state of its
+// moment. At every
 // checkpoint all of them have equal digests, equal OpLog output and hold
 // every invariant, the index matching the object tree among them. The stream must exercise every command
 // with both outcomes, or the test proves little: that is checked too.
@@ -40,6 +43,11 @@ func TestDeterminism(t *testing.T) {
 	type outcome struct{ ok, failed int }
 	seen := map[CmdType]*outcome{}
 	var evicted, removed uint64
+	var (
+		pendSnap   *Snapshot // b's, taken at pendAt, not yet written
+		pendDigest [32]byte
+		pendAt     int
+	)
 	partial := 0 // commands applied to b with its key index partly built
 	for i := 1; i <= total; i++ {
 		cmd := g.next(a)
@@ -52,6 +60,18 @@ func TestDeterminism(t *testing.T) {
 		rb := b.Apply(entry)
 		if i%8 == 0 {
 			b.IndexSome(1)
+		}
+		if i%997 == 0 && pendSnap == nil {
+			pendSnap, pendDigest, pendAt = b.Snapshot(), a.Digest(), i
+		}
+		if pendSnap != nil && i == pendAt+300 {
+			var buf bytes.Buffer
+			require.NoError(t, pendSnap.Write(&buf, snapshots.Header{RaftIndex: uint64(pendAt)}))
+			d := New()
+			_, err := d.Restore(&buf)
+			require.NoError(t, err)
+			require.Equal(t, pendDigest, d.Digest(), "snapshot taken at %d, written at %d", pendAt, i)
+			pendSnap = nil
 		}
 		require.Equal(t, ra, rb, "command %d (%T): results differ", i, cmd)
 		collect(a, &outA, seqA)
