@@ -74,11 +74,18 @@ func (f *FSM) meta() meta {
 // caller's lock); the returned value is independent of later Applies.
 func (f *FSM) Snapshot() *Snapshot {
 	f.gen++
+	return f.view(f.objects.Clone(), f.tombstones.Clone())
+}
+
+// view is the state as a Snapshot over the given object and tombstone
+// trees; it changes nothing in f, so a reader may take one of the live
+// trees under the read lock (Digest).
+func (f *FSM) view(objects *btree.BTreeG[objItem], tombstones *btree.BTreeG[tombstone]) *Snapshot {
 	s := &Snapshot{
 		meta:       f.meta(),
 		segments:   slices.Clone(f.segOrder),
-		objects:    f.objects.Clone(),
-		tombstones: f.tombstones.Clone(),
+		objects:    objects,
+		tombstones: tombstones,
 		ring:       f.Ring(),
 		used:       f.used,
 		discarded:  slices.Clone(f.discarded),
@@ -131,7 +138,9 @@ func (s *Snapshot) Write(w io.Writer, h snapshots.Header) error {
 func (f *FSM) Digest() [32]byte {
 	w := snapshots.NewDigestWriter()
 	// A digest writer has no underlying writer, so neither call can fail.
-	_ = f.Snapshot().writeSections(w)
+	// The live trees, not clones: Digest runs under the read lock, beside
+	// other readers, and must not write (Clone writes the tree it clones).
+	_ = f.view(f.objects, f.tombstones).writeSections(w)
 	_ = w.Close()
 	return w.Digest()
 }
