@@ -6,9 +6,21 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// guardedTransport is Raft's network transport with its append pipelines
-// guarded against hashicorp/raft's pipeline deadlock (hashicorp/raft#612,
-// docs/RELIABILITY.md finding 16). When a follower rejects an append (its
+// guardedTransport is Raft's network transport with two of hashicorp/raft's
+// hazards closed.
+//
+// Heartbeats go through Raft's main loop. The transport's heartbeat fast
+// path runs raft's appendEntries on the connection's goroutine, and a
+// heartbeat of a newer term there makes the node a follower and raises its
+// term beside a main loop that may still be leading (hashicorp/raft#695,
+// unfixed in v1.8.0): a deposed leader then stamps the entries it is
+// dispatching with the new leader's term, a follower takes them for the
+// new leader's own and keeps them, and the states part
+// (docs/RELIABILITY.md, finding 18). Without a handler every heartbeat is
+// an RPC like any other, taken up by the main loop between its other work.
+//
+// Append pipelines are guarded against hashicorp/raft's pipeline deadlock
+// (hashicorp/raft#612, finding 16). When a follower rejects an append (its
 // log store failed: a full or failing disk), raft's pipeline decoder stops
 // reading responses; the sender may then send once more, and with the
 // transport's default of two RPCs in flight that send waits forever for a
@@ -19,6 +31,9 @@ import (
 // has failed, refuses further sends, so raft closes the pipeline and goes
 // back to its ordinary replication, which probes and backs off.
 type guardedTransport struct{ *raft.NetworkTransport }
+
+// SetHeartbeatHandler installs no handler: see guardedTransport.
+func (guardedTransport) SetHeartbeatHandler(func(raft.RPC)) {}
 
 func (t guardedTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
 	p, err := t.NetworkTransport.AppendEntriesPipeline(id, target)

@@ -68,3 +68,48 @@ func TestPipelineAfterARefusedAppend(t *testing.T) {
 	}
 	require.NoError(t, p.Close())
 }
+
+// TestHeartbeatsReachTheMainLoop sends a heartbeat of a newer term — what a
+// new leader sends a deposed one — through the transport. The unguarded
+// transport hands it to the heartbeat handler raft installs, which runs
+// appendEntries on the connection's goroutine, beside raft's main loop
+// (finding 18); guarded, no handler is installed and the heartbeat arrives
+// where every other RPC does, on the channel raft's main loop reads.
+func TestHeartbeatsReachTheMainLoop(t *testing.T) {
+	heartbeat := func(t *testing.T, to raft.Transport, via *raft.NetworkTransport) (fastPath bool) {
+		t.Helper()
+		handled := make(chan struct{}, 1)
+		to.SetHeartbeatHandler(func(rpc raft.RPC) {
+			handled <- struct{}{}
+			rpc.Respond(&raft.AppendEntriesResponse{Term: 5, Success: true}, nil)
+		})
+		sent := make(chan error, 1)
+		go func() {
+			req := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax,
+				ID: []byte("n0"), Addr: []byte(via.LocalAddr())}, Term: 5}
+			sent <- via.AppendEntries("f", to.LocalAddr(), req, &raft.AppendEntriesResponse{})
+		}()
+		select {
+		case <-handled:
+			fastPath = true
+		case rpc := <-to.Consumer():
+			req, ok := rpc.Command.(*raft.AppendEntriesRequest)
+			require.True(t, ok, "got %T", rpc.Command)
+			require.EqualValues(t, 5, req.Term)
+			rpc.Respond(&raft.AppendEntriesResponse{Term: 5, Success: true}, nil)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the heartbeat arrived nowhere")
+		}
+		require.NoError(t, <-sent)
+		return fastPath
+	}
+	newTransport := func(t *testing.T) *raft.NetworkTransport {
+		tr, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, time.Second, io.Discard)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tr.Close() })
+		return tr
+	}
+	leader := newTransport(t)
+	require.True(t, heartbeat(t, newTransport(t), leader), "unguarded, the transport takes the fast path (else this test proves nothing)")
+	require.False(t, heartbeat(t, guardedTransport{newTransport(t)}, leader), "guarded, the heartbeat must reach the main loop")
+}
