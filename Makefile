@@ -105,10 +105,12 @@ certs:
 # jepsen runs the fault suite (tests/jepsen): every nemesis, mixed on a
 # schedule drawn from SEED (empty: a fresh seed, printed), for DURATION of
 # faults under load, then the end-of-run checks. Output: tests/out/<run>/.
+# NEMESES (comma-separated) draws the schedule from those nemeses only.
 DURATION ?= 10m
 SEED ?=
+NEMESES ?=
 jepsen:
-	JEPSEN_DURATION=$(DURATION) JEPSEN_SEED=$(SEED) $(GO) test -count=1 -run 'TestJepsen$$' -timeout 0 -v ./tests/jepsen/
+	JEPSEN_DURATION=$(DURATION) JEPSEN_SEED=$(SEED) JEPSEN_NEMESES=$(NEMESES) $(GO) test -count=1 -run 'TestJepsen$$' -timeout 0 -v ./tests/jepsen/
 
 # overload: a herd of CLIENTS (ten times the clients at which puts peak)
 # with 200 ms deadlines against a three-node cluster (docs/RELIABILITY.md);

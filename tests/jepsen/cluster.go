@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -33,7 +34,13 @@ func repoRoot() string {
 // tags given (failpoints: the fault tests' failpoints, node/failpoint_on.go).
 func buildMoonraft(dir string, tags ...string) (string, error) {
 	out := filepath.Join(dir, "moonraft")
-	cmd := exec.Command("go", "build", "-tags", strings.Join(tags, ","), "-o", out, "./cmd/node")
+	args := []string{"build", "-tags", strings.Join(tags, ","), "-o", out}
+	if os.Getenv("JEPSEN_RACE") != "" {
+		// The nodes then report a data race in their logs (report.md
+		// counts them), at several times the CPU per request.
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/node")...)
 	cmd.Dir = repoRoot()
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/node: %v\n%s", err, b)

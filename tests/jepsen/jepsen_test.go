@@ -3,7 +3,9 @@ package jepsen
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -65,8 +67,18 @@ func TestJepsenShort(t *testing.T) {
 // TestJepsen is `make jepsen`: every nemesis, mixed on a schedule drawn
 // from JEPSEN_SEED, for JEPSEN_DURATION.
 func TestJepsen(t *testing.T) {
-	ds, dur, seed := longRun(t, "JEPSEN_DURATION", "make jepsen DURATION=10m [SEED=n]", 30*time.Second)
-	schedule := drawSchedule(seed, dur, AllNemeses, true, 5*time.Second, 15*time.Second, 3*time.Second, 8*time.Second, 3)
+	ds, dur, seed := longRun(t, "JEPSEN_DURATION", "make jepsen DURATION=10m [SEED=n] [NEMESES=a,b]", 30*time.Second)
+	kinds, command := AllNemeses, fmt.Sprintf("make jepsen DURATION=%s SEED=%d", ds, seed)
+	if ns := os.Getenv("JEPSEN_NEMESES"); ns != "" {
+		kinds = strings.Split(ns, ",")
+		for _, k := range kinds {
+			if !slices.Contains(AllNemeses, k) {
+				t.Fatalf("JEPSEN_NEMESES=%q: %q is no nemesis (they are %s)", ns, k, strings.Join(AllNemeses, ","))
+			}
+		}
+		command += " NEMESES=" + ns
+	}
+	schedule := drawSchedule(seed, dur, kinds, true, 5*time.Second, 15*time.Second, 3*time.Second, 8*time.Second, 3)
 	runJepsen(t, runConfig{
 		name:         "jepsen",
 		seed:         seed,
@@ -76,7 +88,7 @@ func TestJepsen(t *testing.T) {
 		snapEvery:    20 * time.Second,
 		checkTimeout: 10 * time.Minute,
 		nodeArgs:     nodeArgs(20000),
-		command:      fmt.Sprintf("make jepsen DURATION=%s SEED=%d", ds, seed),
+		command:      command,
 	})
 }
 

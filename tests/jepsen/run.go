@@ -215,6 +215,11 @@ func runJepsen(t *testing.T, cfg runConfig) summary {
 	finalReads(ctx, c, rec, &end)
 	logf("end-of-run checks")
 	endChecks(ctx, c, tap, dataDir, snaps, &end)
+	for _, p := range c.nodes {
+		if b, err := os.ReadFile(p.LogPath); err == nil && bytes.Contains(b, []byte("WARNING: DATA RACE")) {
+			end.fail("%s reported a data race (%s)", p.id, p.LogPath)
+		}
+	}
 
 	if err := tap.poll(ctx); err != nil {
 		end.fail("OpLog tap: %v", err)
@@ -247,6 +252,10 @@ func runJepsen(t *testing.T, cfg runConfig) summary {
 	t.Log("\n" + report)
 
 	if len(s.Violations) > 0 || len(s.Problems) > 0 {
+		kept := filepath.Join(outDir, "data")
+		if err := c.keepNodeData(kept); err != nil {
+			t.Logf("keeping the nodes' data dirs in %s: %v", kept, err)
+		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "jepsen %s (seed %d) found %d violation(s) and %d problem(s):\n", cfg.name, cfg.seed, len(s.Violations), len(s.Problems))
 		for i, v := range s.Violations {
@@ -265,7 +274,7 @@ func runJepsen(t *testing.T, cfg runConfig) summary {
 		for _, p := range s.Problems {
 			fmt.Fprintf(&b, "  problem: %s\n", p)
 		}
-		fmt.Fprintf(&b, "history: %s\nseed: %s (replay: %s)\nlogs and summary: %s\n", histPath, filepath.Join(outDir, "seed.txt"), cfg.command, outDir)
+		fmt.Fprintf(&b, "history: %s\nseed: %s (replay: %s)\nlogs, summary and the nodes' data dirs: %s\n", histPath, filepath.Join(outDir, "seed.txt"), cfg.command, outDir)
 		if s.Register.Visualized != "" {
 			fmt.Fprintf(&b, "porcupine visualisation: %s\n", s.Register.Visualized)
 		}
