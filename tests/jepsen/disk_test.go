@@ -232,3 +232,29 @@ func TestFailingLeaderDisk(t *testing.T) {
 	putPair(t, c, "eio/after")
 	caughtUp(t, c, l, writes+1, 30*time.Second)
 }
+
+// TestKeepNodeData keeps a running cluster's data dirs as a failed run
+// does: each node's Raft log and snapshot directories are copied, a
+// nemesis's filler is not.
+func TestKeepNodeData(t *testing.T) {
+	c, _ := testCluster(t, clusterConfig{nodes: 3, logLevel: "warn"})
+	mountSlowSegment(t, c)
+	filler := filepath.Join(c.nodeDir(1), fillerName)
+	if err := os.WriteFile(filler, []byte("taken"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "data")
+	if err := c.keepNodeData(dst); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range c.nodes {
+		for _, name := range []string{"raft-wal", "snapshots"} {
+			if fi, err := os.Stat(filepath.Join(dst, p.id, name)); err != nil || !fi.IsDir() {
+				t.Errorf("%s's %s was not kept: %v", p.id, name, err)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dst, c.nodes[1].id, fillerName)); !os.IsNotExist(err) {
+		t.Errorf("the nemesis's filler was kept (%v)", err)
+	}
+}
