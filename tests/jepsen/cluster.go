@@ -36,8 +36,8 @@ func buildMoonraft(dir string, tags ...string) (string, error) {
 	out := filepath.Join(dir, "moonraft")
 	args := []string{"build", "-tags", strings.Join(tags, ","), "-o", out}
 	if os.Getenv("JEPSEN_RACE") != "" {
-		// The nodes then report a data race in their logs (report.md
-		// counts them), at several times the CPU per request.
+		// The nodes then report a data race in their logs, which fails
+		// the run, at several times the CPU per request.
 		args = append(args, "-race")
 	}
 	cmd := exec.Command("go", append(args, "./cmd/node")...)
