@@ -1,6 +1,8 @@
 package jepsen
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -257,4 +259,26 @@ func TestScheduleFromSeed(t *testing.T) {
 	for _, k := range AllNemeses {
 		assert.Positive(t, seen[k], "%s scheduled in a 10 minute run", k)
 	}
+}
+
+// TestNemesesFrom reads make jepsen's NEMESES and refuses a name that is
+// no nemesis.
+func TestNemesesFrom(t *testing.T) {
+	kinds, err := nemesesFrom("pause-leader,restart-leader")
+	require.NoError(t, err)
+	require.Equal(t, []string{PauseLeader, RestartLeader}, kinds)
+	_, err = nemesesFrom("pause-leader,pause-follower")
+	require.ErrorContains(t, err, `"pause-follower" is no nemesis`)
+}
+
+// TestReportsDataRace finds the race detector's report in a node's log,
+// and nothing in a clean log or a missing one.
+func TestReportsDataRace(t *testing.T) {
+	dir := t.TempDir()
+	raced, clean := filepath.Join(dir, "raced.log"), filepath.Join(dir, "clean.log")
+	require.NoError(t, os.WriteFile(raced, []byte("[INFO] serving\n==================\nWARNING: DATA RACE\nWrite at 0x00c0000d23f0 by goroutine 10:\n"), 0o644))
+	require.NoError(t, os.WriteFile(clean, []byte("[INFO] serving\n"), 0o644))
+	assert.True(t, reportsDataRace(raced))
+	assert.False(t, reportsDataRace(clean))
+	assert.False(t, reportsDataRace(filepath.Join(dir, "missing.log")))
 }

@@ -3,9 +3,7 @@ package jepsen
 import (
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -70,11 +68,9 @@ func TestJepsen(t *testing.T) {
 	ds, dur, seed := longRun(t, "JEPSEN_DURATION", "make jepsen DURATION=10m [SEED=n] [NEMESES=a,b]", 30*time.Second)
 	kinds, command := AllNemeses, fmt.Sprintf("make jepsen DURATION=%s SEED=%d", ds, seed)
 	if ns := os.Getenv("JEPSEN_NEMESES"); ns != "" {
-		kinds = strings.Split(ns, ",")
-		for _, k := range kinds {
-			if !slices.Contains(AllNemeses, k) {
-				t.Fatalf("JEPSEN_NEMESES=%q: %q is no nemesis (they are %s)", ns, k, strings.Join(AllNemeses, ","))
-			}
+		var err error
+		if kinds, err = nemesesFrom(ns); err != nil {
+			t.Fatalf("JEPSEN_NEMESES: %v", err)
 		}
 		command += " NEMESES=" + ns
 	}

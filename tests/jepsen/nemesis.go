@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -50,6 +52,18 @@ type event struct {
 
 func (e event) String() string {
 	return fmt.Sprintf("%s at %v for %v (node %d, param %d)", e.Kind, e.At.Round(time.Millisecond), e.Dur.Round(time.Millisecond), e.Node, e.Param)
+}
+
+// nemesesFrom reads a comma-separated list of nemeses (make jepsen
+// NEMESES=...), refusing a name that is none.
+func nemesesFrom(list string) ([]string, error) {
+	kinds := strings.Split(list, ",")
+	for _, k := range kinds {
+		if !slices.Contains(AllNemeses, k) {
+			return nil, fmt.Errorf("%q is no nemesis (they are %s)", k, strings.Join(AllNemeses, ","))
+		}
+	}
+	return kinds, nil
 }
 
 // fixedDur are the durations the issue fixes; others are drawn.

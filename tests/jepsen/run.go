@@ -216,7 +216,7 @@ func runJepsen(t *testing.T, cfg runConfig) summary {
 	logf("end-of-run checks")
 	endChecks(ctx, c, tap, dataDir, snaps, &end)
 	for _, p := range c.nodes {
-		if b, err := os.ReadFile(p.LogPath); err == nil && bytes.Contains(b, []byte("WARNING: DATA RACE")) {
+		if reportsDataRace(p.LogPath) {
 			end.fail("%s reported a data race (%s)", p.id, p.LogPath)
 		}
 	}
@@ -585,4 +585,11 @@ func short(h string) string {
 		return h[:12]
 	}
 	return h
+}
+
+// reportsDataRace says whether the log at path holds a report of Go's race
+// detector (nodes built with JEPSEN_RACE=1).
+func reportsDataRace(path string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && bytes.Contains(b, []byte("WARNING: DATA RACE"))
 }
