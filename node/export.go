@@ -94,8 +94,8 @@ func (n *Node) publishMooncakeView(ctx context.Context, v etcdbridge.MasterView)
 // exportLoop is promotion step 4 and then the steady state: the export ring
 // goes to etcd in order, as many entries per transaction as are waiting (up
 // to the batch limit: group commit under load, one round trip when idle),
-// each transaction fenced on the previous latest. After each write the
-// leader proposes Exported so every node trims its ring.
+// each transaction fenced on the previous latest. The leader then proposes
+// Exported so every node trims its ring.
 func (n *Node) exportLoop(ctx context.Context) {
 	var (
 		latest    uint64
@@ -103,7 +103,19 @@ func (n *Node) exportLoop(ctx context.Context) {
 		backoff   = newBackoff(50*time.Millisecond, 2*time.Second)
 		pending   []snapshotDone
 		lastWrite time.Time
+		proposed  uint64 // the last Exported proposed
+		proposeAt time.Time
 	)
+	// Exported is a Raft entry, written to every node's disk: under load
+	// one a tick, not one a transaction (the rings are trimmed a tick
+	// later), and one as soon as the export has caught up.
+	propose := func() {
+		if proposed < latest {
+			// Asynchronous: a later Exported supersedes a lost one.
+			n.raft.Apply(fsm.Encode(&fsm.Exported{Seq: latest}), 0)
+			proposed, proposeAt = latest, time.Now()
+		}
+	}
 	for ctx.Err() == nil {
 		if !known {
 			cctx, cancel := callCtx(ctx)
@@ -120,6 +132,9 @@ func (n *Node) exportLoop(ctx context.Context) {
 			n.exportedSeq.Store(latest)
 		}
 		batch, values := n.nextBatch(ctx, latest, lastWrite)
+		if len(batch) < n.etcd.MaxBatch() {
+			propose()
+		}
 		if len(batch) > 0 && batch[0].SequenceID != latest+1 {
 			n.log.Error("etcd is missing OpLog entries this node no longer holds; was etcd reset?",
 				"etcd_latest", latest, "ring_first", batch[0].SequenceID)
@@ -150,8 +165,9 @@ func (n *Node) exportLoop(ctx context.Context) {
 			lastWrite = time.Now()
 			latest = batch[len(batch)-1].SequenceID
 			n.exportedSeq.Store(latest)
-			// Asynchronous: a later Exported supersedes a lost one.
-			n.raft.Apply(fsm.Encode(&fsm.Exported{Seq: latest}), 0)
+			if time.Since(proposeAt) >= n.cfg.Tick {
+				propose()
+			}
 		}
 		pending = n.cleanup(ctx, latest, pending)
 		if len(batch) > 0 {

@@ -63,10 +63,9 @@ func withEtcd(e etcdbridge.Config) func(*Config) {
 	return func(c *Config) { c.Etcd = e }
 }
 
-// replayEntries reads a stopped node's Raft log from its store and applies
-// it to a fresh state machine, collecting every OpLog entry it produces:
-// what the FSM exported, to compare byte for byte with etcd.
-func replayEntries(t *testing.T, dataDir string) []oplog.Entry {
+// eachCommand calls fn with every command in a stopped node's Raft log,
+// which must be complete (no snapshot compaction in the test).
+func eachCommand(t *testing.T, dataDir string, fn func(data []byte)) {
 	ls, err := DetectLogStore(dataDir)
 	require.NoError(t, err)
 	store, err := openLogStore(dataDir, ls, hclog.NewNullLogger(), 0)
@@ -77,18 +76,26 @@ func replayEntries(t *testing.T, dataDir string) []oplog.Entry {
 	last, err := store.LastIndex()
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), first, "the log must be complete (no snapshot compaction in this test)")
-	f := fsm.New()
-	var out []oplog.Entry
 	for i := first; i <= last; i++ {
 		var l raft.Log
 		require.NoError(t, store.GetLog(i, &l))
-		if l.Type != raft.LogCommand {
-			continue
+		if l.Type == raft.LogCommand {
+			fn(l.Data)
 		}
-		seq := f.Stats().AppliedSeq
-		f.Apply(l.Data)
-		out = append(out, f.RingAfter(seq, 1<<30).Entries()...)
 	}
+}
+
+// replayEntries reads a stopped node's Raft log and applies it to a fresh
+// state machine, collecting every OpLog entry it produces: what the FSM
+// exported, to compare byte for byte with etcd.
+func replayEntries(t *testing.T, dataDir string) []oplog.Entry {
+	f := fsm.New()
+	var out []oplog.Entry
+	eachCommand(t, dataDir, func(data []byte) {
+		seq := f.Stats().AppliedSeq
+		f.Apply(data)
+		out = append(out, f.RingAfter(seq, 1<<30).Entries()...)
+	})
 	return out
 }
 
@@ -355,4 +362,48 @@ func TestExportLinger(t *testing.T) {
 			require.Eventually(t, exported, 10*time.Second, 5*time.Millisecond, "a full transaction goes at once")
 		})
 	}
+}
+
+// TestExportedOnceCaughtUp: a burst of OpLog entries goes to etcd in many
+// transactions, but the rings are trimmed by a few Exported entries, not
+// one per transaction (each is a Raft entry on every node's disk); once the
+// export has caught up every node's ring is empty.
+func TestExportedOnceCaughtUp(t *testing.T) {
+	e := testEtcd(t)
+	e.MaxTxnOps = 8 // 7 entries a transaction
+	// No ticks: the only Raft entries after the burst are Exported.
+	c := newCluster(t, 3, time.Hour, withEtcd(e), func(c *Config) { c.ExportRenewals = false })
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	now := time.Now().UnixMilli()
+	var starts, ends fsm.Batch
+	for i := range 100 {
+		k := fmt.Sprintf("burst%03d", i)
+		starts.Cmds = append(starts.Cmds, &fsm.PutStart{NowMs: now, Key: k, SliceLengths: []uint64{1024}, ReplicaNum: 1, ClientID: "c1"})
+		ends.Cmds = append(ends.Cmds, &fsm.PutEnd{NowMs: now, Key: k, ClientID: "c1"})
+	}
+	txns := nd.etcd.Stats().OplogTxns
+	mustPropose(t, nd, &starts)
+	mustPropose(t, nd, &ends)
+
+	require.Eventually(t, func() bool {
+		for _, x := range c.nodes {
+			if x.Status().ExportRingLen != 0 || x.Status().AppliedIndex < nd.raft.LastIndex() {
+				return false
+			}
+		}
+		return nd.exportedSeq.Load() == nd.Status().AppliedSeq
+	}, 20*time.Second, 10*time.Millisecond, "every ring empty once the export caught up")
+	written := nd.etcd.Stats().OplogTxns - txns
+	for i := range c.nodes {
+		c.stop(i)
+	}
+	exported := 0
+	eachCommand(t, c.cfgs[0].DataDir, func(data []byte) {
+		if fsm.CmdType(data[0])&^fsm.IgnoreUnknownFlag == fsm.CmdExported {
+			exported++
+		}
+	})
+	assert.GreaterOrEqual(t, written, uint64(15), "100 entries at 7 a transaction")
+	assert.LessOrEqual(t, exported, 3, "Exported entries for %d transactions", written)
 }
