@@ -28,9 +28,15 @@ type Embedded struct {
 }
 
 // EmbeddedCompactionRetention is how much etcd history the embedded etcd
-// keeps (periodic auto-compaction); run a production etcd with
-// --auto-compaction-mode=periodic --auto-compaction-retention=5m or the like.
-const EmbeddedCompactionRetention = 5 * time.Minute
+// keeps (periodic auto-compaction): each exported OpLog entry adds several
+// hundred bytes of history, so under a sustained burst of writes five
+// minutes of it filled etcd's default 2 GiB quota. A production etcd needs
+// the same sizing (docs/OPERATIONS.md, "etcd compaction").
+const EmbeddedCompactionRetention = time.Minute
+
+// EmbeddedQuotaBytes is the embedded etcd's space quota: etcd's suggested
+// maximum, so history retained during a burst leaves room.
+const EmbeddedQuotaBytes = 8 << 30
 
 // StartEmbedded starts a single-member etcd with its data in dir, serving
 // clients on clientURL (like "http://127.0.0.1:2379") and peers on peerURL.
@@ -72,6 +78,7 @@ func StartEmbedded(dir, clientURL, peerURL string) (*Embedded, error) {
 	// further behind than this resync from the OpLog (etcdbridge.Watch).
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = EmbeddedCompactionRetention.String()
+	cfg.QuotaBackendBytes = EmbeddedQuotaBytes
 	// Our own logger, so Close can silence the errors etcd logs about its
 	// own listeners closing.
 	level := zap.NewAtomicLevelAt(zapcore.ErrorLevel)

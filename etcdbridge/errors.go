@@ -69,6 +69,10 @@ func opErr(cause error, format string, args ...any) error {
 		msg += " (write fewer entries per batch: see FitBatch, or raise etcd's --max-request-bytes)"
 	case errors.Is(cause, context.DeadlineExceeded):
 		msg += " (etcd unreachable or too slow)"
+	case errors.Is(cause, rpctypes.ErrNoSpace):
+		// etcd keeps refusing writes until the alarm is disarmed, even
+		// once compaction has freed the space.
+		msg += " (etcd's database reached its space quota and its NOSPACE alarm refuses writes: compact and defragment etcd, then `etcdctl alarm disarm`; docs/OPERATIONS.md, \"etcd compaction\")"
 	}
 	return &opError{code: errcode.New(errcode.EtcdOperationError, "%s", msg), cause: cause}
 }

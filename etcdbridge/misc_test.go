@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/moonraft/moonraft/errcode"
@@ -248,9 +250,29 @@ func TestMooncakeViewIsCreatedAnew(t *testing.T) {
 
 // TestEmbeddedCompacts: the embedded etcd compacts its history on a
 // period; the OpLog and lease renewals rewrite keys all the time, and
-// without it etcd's database grew ~20 MiB a minute under the soak.
+// without it etcd's database grew ~20 MiB a minute under the soak. Its
+// quota leaves room for the history of a burst of writes.
 func TestEmbeddedCompacts(t *testing.T) {
 	cfg := testEtcd.etcd.Config()
 	require.Equal(t, "periodic", cfg.AutoCompactionMode)
 	require.Equal(t, EmbeddedCompactionRetention.String(), cfg.AutoCompactionRetention)
+	require.Equal(t, int64(EmbeddedQuotaBytes), cfg.QuotaBackendBytes)
+}
+
+// TestOpErrSaysWhatToDo: an etcd refusal a person must act on says how.
+func TestOpErrSaysWhatToDo(t *testing.T) {
+	for _, tc := range []struct {
+		cause error
+		want  string
+	}{
+		{rpctypes.ErrNoSpace, "etcdctl alarm disarm"},
+		{rpctypes.ErrTooManyOps, "--max-txn-ops"},
+		{rpctypes.ErrRequestTooLarge, "--max-request-bytes"},
+		{context.DeadlineExceeded, "unreachable or too slow"},
+	} {
+		err := opErr(tc.cause, "oplog: write entries %d..%d", 1, 2)
+		assert.Equal(t, errcode.EtcdOperationError, errcode.Of(err), "%v", tc.cause)
+		assert.Contains(t, err.Error(), tc.want, "%v", tc.cause)
+		assert.ErrorIs(t, err, tc.cause)
+	}
 }
