@@ -106,9 +106,9 @@ func (n *Node) exportLoop(ctx context.Context) {
 		proposed  uint64 // the last Exported proposed
 		proposeAt time.Time
 	)
-	// Exported is a Raft entry, written to every node's disk: under load
-	// one a tick, not one a transaction (the rings are trimmed a tick
-	// later), and one as soon as the export has caught up.
+	// Exported is a Raft entry, written to every node's disk: after a
+	// transaction at most one a tick, not one a transaction (the rings are
+	// trimmed a tick later), and one once nothing is left to export.
 	propose := func() {
 		if proposed < latest {
 			// Asynchronous: a later Exported supersedes a lost one.
@@ -132,7 +132,7 @@ func (n *Node) exportLoop(ctx context.Context) {
 			n.exportedSeq.Store(latest)
 		}
 		batch, values := n.nextBatch(ctx, latest, lastWrite)
-		if len(batch) < n.etcd.MaxBatch() {
+		if len(batch) == 0 {
 			propose()
 		}
 		if len(batch) > 0 && batch[0].SequenceID != latest+1 {
