@@ -11,7 +11,9 @@
 # neither for the last run's cleanup nor for minutes of drift between the
 # two systems' runs of the same cell (this shared machine moves by a fifth
 # within the hour). The table gives each system's median over the rounds,
-# the ratio of the medians, and every round.
+# the ratio of the medians, and every round. A run that master_bench ends
+# with an error is listed as "failed", left out of the median, and its logs
+# are kept in /tmp; the sitting goes on.
 #
 # Each run has master_bench's own default window, 60 s (with ROUNDS=3 about
 # 70 minutes in all): master_bench prefills its keys just before the window
@@ -97,16 +99,22 @@ run() {
   echo "  $1 $2, $3 clients, ${DURATION}s..." >&2
   if ! "$MC/bin/master_bench" --master_server="$addr" --operation="$2" --duration="$DURATION" --num_clients="$3" \
     >"$dir/bench.out" 2>&1; then
-    echo "master_bench $2 against $1 failed; its last lines:" >&2
-    tail -20 "$dir/bench.out" >&2
-    exit 1
+    stop
+    # Kept for a look at why: the run's servers' logs and master_bench's.
+    local kept
+    kept=$(mktemp -d "/tmp/mooncake-bench-failed-$1-$2-$3.XXXXXX")
+    cp "$dir/bench.out" "$kept/"
+    [ "$1" = moonraft ] && cp "$dir"/run/*.log "$kept/" || cp "$dir/mooncake_master.log" "$kept/"
+    echo "    master_bench $2 against $1 failed ($(grep -m1 -E 'what\(\)|ERROR' "$dir/bench.out" || tail -1 "$dir/bench.out")); logs kept in $kept" >&2
+    ops=failed
+    return
   fi
   stop
   ops=$(sed -n 's/^Operations per second: //p' "$dir/bench.out")
   echo "    ${ops} ops/s" >&2
 }
 
-median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { tr ' ' '\n' | awk NF | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 echo "mooncake_master (3b5a594, unreplicated) and moonraft (three nodes at the default flags, an embedded etcd):" \
   "$ROUNDS round(s) a cell, taking turns" >&2
@@ -118,7 +126,8 @@ for op in $OPS; do
       [ $((r % 2)) -eq 0 ] && order="moonraft mooncake"
       for sys in $order; do
         run "$sys" "$op" "$n"
-        result[$sys,$op,$n]="${result[$sys,$op,$n]:-} $(printf '%.0f' "$ops")"
+        [ "$ops" = failed ] || ops=$(printf '%.0f' "$ops")
+        result[$sys,$op,$n]="${result[$sys,$op,$n]:-} $ops"
       done
     done
   done
@@ -128,7 +137,7 @@ echo "| operation | clients | mooncake_master ops/s (median) | moonraft ops/s (m
 echo "|---|---|---|---|---|---|---|"
 for op in $OPS; do
   for n in $CLIENTS; do
-    m=$(median <<<"${result[mooncake,$op,$n]}"); r=$(median <<<"${result[moonraft,$op,$n]}")
+    m=$(median <<<"${result[mooncake,$op,$n]//failed/}"); r=$(median <<<"${result[moonraft,$op,$n]//failed/}")
     ratio=$(awk -v a="$r" -v b="$m" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
     printf "| %s | %s | %.0f | %.0f | %s |%s |%s |\n" "$op" "$n" "$m" "$r" "$ratio" "${result[mooncake,$op,$n]}" "${result[moonraft,$op,$n]}"
   done
