@@ -58,6 +58,17 @@ var keyReads = map[uint32]bool{
 	FunctionID("ExistKey"): true, FunctionID("BatchExistKey"): true,
 }
 
+// repeatable are the calls that change nothing a client could tell from
+// running them twice: the reads and Ping.
+var repeatable = map[uint32]bool{
+	FunctionID("ServiceReady"): true, FunctionID("GetStorageConfig"): true, FunctionID("GetFsdir"): true,
+	FunctionID("FetchTasks"): true, FunctionID("Ping"): true, FunctionID("GetReplicaListByRegex"): true,
+}
+
+// Repeatable reports whether the call id may run twice: a front whose
+// node lost its leadership while running one may ask the new leader again.
+func Repeatable(id uint32) bool { return keyReads[id] || repeatable[id] }
+
 // CallInline implements cororpc.Inliner: the key reads are quick where
 // they are answered, on the leader, unless they would wait (for a lease
 // round, or for a removal of the key in flight).

@@ -1,6 +1,7 @@
 package mooncakeapi
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/moonraft/moonraft/oplog"
@@ -20,6 +21,19 @@ func TestReplicaDescriptorsNameTheSegmentsProtocol(t *testing.T) {
 			require.Len(t, rs, 1)
 			require.Equal(t, BufferDescriptor{Size: 4096, BufferAddress: 1 << 40, Protocol: tc.want, TransportEndpoint: "127.0.0.1:15000"},
 				rs[0].Descriptor.Value().(MemoryDescriptor).Buffer)
+		})
+	}
+}
+
+// TestOnlyReadsAndPingRepeat: a front may ask the new leader again only
+// for calls that change nothing when run twice; a write asked twice could
+// put or remove twice.
+func TestOnlyReadsAndPingRepeat(t *testing.T) {
+	reads := []string{"ServiceReady", "GetStorageConfig", "GetFsdir", "FetchTasks", "Ping", "ExistKey",
+		"BatchExistKey", "GetReplicaList", "BatchGetReplicaList", "GetReplicaListByRegex"}
+	for _, f := range Functions {
+		t.Run(f.Name, func(t *testing.T) {
+			require.Equal(t, slices.Contains(reads, f.Name), Repeatable(f.ID))
 		})
 	}
 }

@@ -188,6 +188,52 @@ func TestMooncakeReadThatWouldWaitHoldsUpNoOne(t *testing.T) {
 	assert.Zero(t, got.Err, "answered once the removal ended")
 }
 
+// TestMooncakeReadAcrossLeaderChange: a read the leader was running when
+// its leadership moved (here held by a removal of its key in flight, as a
+// paused leader holds what it had queued) is answered by the new leader,
+// not with an error: master_bench ends on the first Ping that fails.
+func TestMooncakeReadAcrossLeaderChange(t *testing.T) {
+	c := newCluster(t, 3, 100*time.Millisecond, withMooncake(t))
+	li := c.leader()
+	a := dialMooncake(t, c.cfgs[li].MooncakeAddr)
+	client := mc.UUID{First: 1, Second: 2}
+	seg := mc.Segment{ID: mc.UUID{First: 3, Second: 4}, Name: "host-a:12000", Base: 1 << 40, Size: 64 << 20, TEEndpoint: "127.0.0.1:15000", Protocol: "tcp"}
+	require.Zero(t, mcCall[structpack.Expected[mc.Void]](a, "MountSegment", mc.MountArgs{Segment: seg, ClientID: client}).Err)
+	require.Zero(t, mcCall[structpack.Expected[[]mc.ReplicaDescriptor]](a, "PutStart", mc.PutStartArgs{ClientID: client, Key: "k", SliceLength: 1, Config: mc.ReplicateConfig{ReplicaNum: 1}}).Err)
+	require.Zero(t, mcCall[structpack.Expected[mc.Void]](a, "PutEnd", mc.PutEndArgs{ClientID: client, Meta: mc.ObjectMeta{Key: "k"}}).Err)
+
+	nd := c.nodes[li]
+	endRemoval := nd.gate.closeKey("k")
+	require.NoError(t, nd.confirmLeader(ctx(t)))
+	_, leased := nd.leadership.lease()
+	require.True(t, leased, "the read starts under the lease, so it checks the leadership after it")
+	body, err := structpack.Marshal(mc.KeyArgs{Key: "k"})
+	require.NoError(t, err)
+	a.seq++
+	_, err = a.c.Write(cororpc.AppendRequest(nil, cororpc.Request{Header: cororpc.ReqHeader{Seq: a.seq, FunctionID: mc.FunctionID("GetReplicaList")}, Body: body}))
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond) // read by the server, waiting at the gate
+
+	target := (li + 1) % 3
+	require.NoError(t, nd.TransferLeadership(ctx(t), c.cfgs[target].ID))
+	require.Eventually(t, func() bool { _, ok := nd.promotedLeader(); return ok }, 5*time.Second, 10*time.Millisecond,
+		"the new leader's Promote reaches the old one")
+	endRemoval()
+
+	require.NoError(t, a.c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err := cororpc.ReadResponse(a.r)
+	require.NoError(t, err)
+	require.Equal(t, a.seq, resp.Header.Seq)
+	require.Equal(t, cororpc.ErrcOK, resp.Header.Errc)
+	var got structpack.Expected[mc.GetReplicaListResponse]
+	require.NoError(t, structpack.Unmarshal(resp.Body, &got))
+	assert.Zero(t, got.Err, "answered by the new leader")
+	assert.Len(t, got.Value.Replicas, 1)
+
+	ping := mcCall[structpack.Expected[mc.PingResponse]](a, "Ping", client)
+	assert.Zero(t, ping.Err, "a Ping through the old leader reaches the new one")
+}
+
 // TestMooncakeCallsNoClientSends: the calls `make mooncake-golden` sends to
 // the real master because no client of its build does (the Upsert family,
 // BatchPutRevoke, GetReplicaListByRegex, BatchRemove,
