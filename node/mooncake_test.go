@@ -33,10 +33,21 @@ func dialMooncake(t *testing.T, addr string) *mcConn {
 
 // raw sends a call with the given id and body and returns the answer.
 func (m *mcConn) raw(id uint32, body []byte) cororpc.Response {
+	m.send(id, body)
+	return m.answer()
+}
+
+// send sends a call without waiting for its answer.
+func (m *mcConn) send(id uint32, body []byte) {
 	m.seq++
 	require.NoError(m.t, m.c.SetDeadline(time.Now().Add(10*time.Second)))
 	_, err := m.c.Write(cororpc.AppendRequest(nil, cororpc.Request{Header: cororpc.ReqHeader{Seq: m.seq, FunctionID: id}, Body: body}))
 	require.NoError(m.t, err)
+}
+
+// answer reads the answer to the call sent last.
+func (m *mcConn) answer() cororpc.Response {
+	require.NoError(m.t, m.c.SetReadDeadline(time.Now().Add(10*time.Second)))
 	resp, err := cororpc.ReadResponse(m.r)
 	require.NoError(m.t, err)
 	require.Equal(m.t, m.seq, resp.Header.Seq)
@@ -46,17 +57,53 @@ func (m *mcConn) raw(id uint32, body []byte) cororpc.Response {
 // mcCall calls the Mooncake function name with args (nil: none) and
 // decodes its result.
 func mcCall[R any](m *mcConn, name string, args any) R {
-	var body []byte
-	if args != nil {
-		var err error
-		body, err = structpack.Marshal(args)
-		require.NoError(m.t, err)
+	m.send(mc.FunctionID(name), mcArgs(m.t, args))
+	return mcAnswer[R](m, name)
+}
+
+func mcArgs(t *testing.T, args any) []byte {
+	if args == nil {
+		return nil
 	}
-	resp := m.raw(mc.FunctionID(name), body)
+	body, err := structpack.Marshal(args)
+	require.NoError(t, err)
+	return body
+}
+
+// mcAnswer reads and decodes the answer to the call of name sent last.
+func mcAnswer[R any](m *mcConn, name string) R {
+	resp := m.answer()
 	require.Equal(m.t, cororpc.ErrcOK, resp.Header.Errc, name)
 	var r R
 	require.NoError(m.t, structpack.Unmarshal(resp.Body, &r), name)
 	return r
+}
+
+// mountAndPut mounts a segment for a client through m and completes a put
+// of each key in it; it returns the client's id.
+func mountAndPut(t *testing.T, m *mcConn, keys ...string) mc.UUID {
+	client := mc.UUID{First: 1, Second: 2}
+	seg := mc.Segment{ID: mc.UUID{First: 3, Second: 4}, Name: "host-a:12000", Base: 1 << 40, Size: 64 << 20, TEEndpoint: "127.0.0.1:15000", Protocol: "tcp"}
+	require.Zero(t, mcCall[structpack.Expected[mc.Void]](m, "MountSegment", mc.MountArgs{Segment: seg, ClientID: client}).Err)
+	for _, k := range keys {
+		require.Zero(t, mcCall[structpack.Expected[[]mc.ReplicaDescriptor]](m, "PutStart", mc.PutStartArgs{ClientID: client, Key: k, SliceLength: 1, Config: mc.ReplicateConfig{ReplicaNum: 1}}).Err)
+		require.Zero(t, mcCall[structpack.Expected[mc.Void]](m, "PutEnd", mc.PutEndArgs{ClientID: client, Meta: mc.ObjectMeta{Key: k}}).Err)
+	}
+	return client
+}
+
+// sendHeldRead sends a GetReplicaList of key through m to the leader nd,
+// under nd's read lease, while a removal of key is in flight on nd (as one
+// holds reads of its key), and returns once nd has read the call; the
+// returned func ends the removal.
+func sendHeldRead(t *testing.T, nd *Node, m *mcConn, key string) (endRemoval func()) {
+	endRemoval = nd.gate.closeKey(key)
+	require.NoError(t, nd.confirmLeader(ctx(t)))
+	_, leased := nd.leadership.lease()
+	require.True(t, leased, "the read starts on the event loop, under the lease")
+	m.send(mc.FunctionID("GetReplicaList"), mcArgs(t, mc.KeyArgs{Key: key}))
+	time.Sleep(50 * time.Millisecond) // read by the server
+	return endRemoval
 }
 
 func withMooncake(t testing.TB) func(*Config) {
@@ -152,39 +199,17 @@ func TestMooncakeReadThatWouldWaitHoldsUpNoOne(t *testing.T) {
 	li := c.leader()
 	addr := c.cfgs[li].MooncakeAddr
 	a, b := dialMooncake(t, addr), dialMooncake(t, addr)
-	client := mc.UUID{First: 1, Second: 2}
-	seg := mc.Segment{ID: mc.UUID{First: 3, Second: 4}, Name: "host-a:12000", Base: 1 << 40, Size: 64 << 20, TEEndpoint: "127.0.0.1:15000", Protocol: "tcp"}
-	require.Zero(t, mcCall[structpack.Expected[mc.Void]](a, "MountSegment", mc.MountArgs{Segment: seg, ClientID: client}).Err)
-	for _, k := range []string{"k", "other"} {
-		require.Zero(t, mcCall[structpack.Expected[[]mc.ReplicaDescriptor]](a, "PutStart", mc.PutStartArgs{ClientID: client, Key: k, SliceLength: 1, Config: mc.ReplicateConfig{ReplicaNum: 1}}).Err)
-		require.Zero(t, mcCall[structpack.Expected[mc.Void]](a, "PutEnd", mc.PutEndArgs{ClientID: client, Meta: mc.ObjectMeta{Key: k}}).Err)
-	}
+	mountAndPut(t, a, "k", "other")
 
-	nd := c.nodes[li]
-	endRemoval := nd.gate.closeKey("k") // as a removal of k does while it is in flight
-	require.NoError(t, nd.confirmLeader(ctx(t)))
-	_, leased := nd.leadership.lease()
-	require.True(t, leased, "the read is run on the event loop, under the lease")
-	body, err := structpack.Marshal(mc.KeyArgs{Key: "k"})
-	require.NoError(t, err)
-	a.seq++
-	_, err = a.c.Write(cororpc.AppendRequest(nil, cororpc.Request{Header: cororpc.ReqHeader{Seq: a.seq, FunctionID: mc.FunctionID("GetReplicaList")}, Body: body}))
-	require.NoError(t, err)
-	time.Sleep(50 * time.Millisecond) // read by the server
-
+	endRemoval := sendHeldRead(t, c.nodes[li], a, "k")
 	require.Zero(t, mcCall[structpack.Expected[mc.GetReplicaListResponse]](b, "GetReplicaList", mc.KeyArgs{Key: "other"}).Err,
 		"another client's read is answered while k's waits")
 	require.NoError(t, a.c.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
-	_, err = a.r.Peek(1)
+	_, err := a.r.Peek(1)
 	require.Error(t, err, "the read of k waits for the removal")
 
 	endRemoval()
-	require.NoError(t, a.c.SetReadDeadline(time.Now().Add(10*time.Second)))
-	resp, err := cororpc.ReadResponse(a.r)
-	require.NoError(t, err)
-	require.Equal(t, a.seq, resp.Header.Seq)
-	var got structpack.Expected[mc.GetReplicaListResponse]
-	require.NoError(t, structpack.Unmarshal(resp.Body, &got))
+	got := mcAnswer[structpack.Expected[mc.GetReplicaListResponse]](a, "GetReplicaList")
 	assert.Zero(t, got.Err, "answered once the removal ended")
 }
 
@@ -196,37 +221,17 @@ func TestMooncakeReadAcrossLeaderChange(t *testing.T) {
 	c := newCluster(t, 3, 100*time.Millisecond, withMooncake(t))
 	li := c.leader()
 	a := dialMooncake(t, c.cfgs[li].MooncakeAddr)
-	client := mc.UUID{First: 1, Second: 2}
-	seg := mc.Segment{ID: mc.UUID{First: 3, Second: 4}, Name: "host-a:12000", Base: 1 << 40, Size: 64 << 20, TEEndpoint: "127.0.0.1:15000", Protocol: "tcp"}
-	require.Zero(t, mcCall[structpack.Expected[mc.Void]](a, "MountSegment", mc.MountArgs{Segment: seg, ClientID: client}).Err)
-	require.Zero(t, mcCall[structpack.Expected[[]mc.ReplicaDescriptor]](a, "PutStart", mc.PutStartArgs{ClientID: client, Key: "k", SliceLength: 1, Config: mc.ReplicateConfig{ReplicaNum: 1}}).Err)
-	require.Zero(t, mcCall[structpack.Expected[mc.Void]](a, "PutEnd", mc.PutEndArgs{ClientID: client, Meta: mc.ObjectMeta{Key: "k"}}).Err)
+	client := mountAndPut(t, a, "k")
 
 	nd := c.nodes[li]
-	endRemoval := nd.gate.closeKey("k")
-	require.NoError(t, nd.confirmLeader(ctx(t)))
-	_, leased := nd.leadership.lease()
-	require.True(t, leased, "the read starts under the lease, so it checks the leadership after it")
-	body, err := structpack.Marshal(mc.KeyArgs{Key: "k"})
-	require.NoError(t, err)
-	a.seq++
-	_, err = a.c.Write(cororpc.AppendRequest(nil, cororpc.Request{Header: cororpc.ReqHeader{Seq: a.seq, FunctionID: mc.FunctionID("GetReplicaList")}, Body: body}))
-	require.NoError(t, err)
-	time.Sleep(50 * time.Millisecond) // read by the server, waiting at the gate
-
+	endRemoval := sendHeldRead(t, nd, a, "k")
 	target := (li + 1) % 3
 	require.NoError(t, nd.TransferLeadership(ctx(t), c.cfgs[target].ID))
 	require.Eventually(t, func() bool { _, ok := nd.promotedLeader(); return ok }, 5*time.Second, 10*time.Millisecond,
 		"the new leader's Promote reaches the old one")
 	endRemoval()
 
-	require.NoError(t, a.c.SetReadDeadline(time.Now().Add(10*time.Second)))
-	resp, err := cororpc.ReadResponse(a.r)
-	require.NoError(t, err)
-	require.Equal(t, a.seq, resp.Header.Seq)
-	require.Equal(t, cororpc.ErrcOK, resp.Header.Errc)
-	var got structpack.Expected[mc.GetReplicaListResponse]
-	require.NoError(t, structpack.Unmarshal(resp.Body, &got))
+	got := mcAnswer[structpack.Expected[mc.GetReplicaListResponse]](a, "GetReplicaList")
 	assert.Zero(t, got.Err, "answered by the new leader")
 	assert.Len(t, got.Value.Replicas, 1)
 
