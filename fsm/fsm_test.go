@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -190,6 +191,38 @@ func TestPutLifecycle(t *testing.T) {
 	assert.Len(t, read.Replicas, 3)
 	assert.Equal(t, x.now+x.f.params.LeaseTTLMs, read.Grant.UntilMs)
 	assert.Equal(t, lease.Renewal{Key: "a/b", AtMs: x.now}, read.Grant.Renewal)
+}
+
+// A batch reads each key as GetReplicaList reads it alone, whatever the
+// mix of keys, with the key index or without, past the batch size that
+// fits on the stack.
+func TestGetReplicaListsReadsEachKeyAsAlone(t *testing.T) {
+	for _, indexed := range []bool{false, true} {
+		x := newH(t)
+		x.mount("c1", "s1", 0, 1<<20)
+		x.mount("c1", "s2", 1<<20, 1<<20)
+		x.put("one", "c1", 10)
+		x.put("sliced", "c1", 10, 20)
+		require.NoError(t, x.apply(&PutStart{NowMs: x.now, Key: "softpinned", SliceLengths: []uint64{10}, ReplicaNum: 1, SoftPin: true, ClientID: "c1"}).Err)
+		x.ok(&PutEnd{NowMs: x.now, Key: "softpinned", ClientID: "c1"})
+		require.NoError(t, x.apply(&PutStart{NowMs: x.now, Key: "twice", SliceLengths: []uint64{10}, ReplicaNum: 2, ClientID: "c1"}).Err)
+		x.ok(&PutEnd{NowMs: x.now, Key: "twice", ClientID: "c1"})
+		require.NoError(t, x.putStart("writing", "c1", 10).Err)
+		x.f.IndexKeys(indexed)
+		keys := []string{"one", "nope", "sliced", "", "writing", "twice", "one", "bad\xff", "softpinned"}
+		for i := range 200 {
+			k := fmt.Sprintf("k%d", i)
+			x.put(k, "c1", 10)
+			keys = append(keys, k)
+		}
+		for _, n := range []int{1, 2, 8, 128, len(keys)} {
+			out := make([]KeyRead, n)
+			x.f.GetReplicaLists(keys[:n], x.now+3, out)
+			for i, k := range keys[:n] {
+				assert.Equal(t, x.f.GetReplicaList(k, x.now+3), out[i], "indexed %v, batch of %d, key %q", indexed, n, k)
+			}
+		}
+	}
 }
 
 func TestPutRevoke(t *testing.T) {

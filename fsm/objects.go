@@ -149,17 +149,23 @@ func (b buffer) desc() oplog.BufferDesc {
 		Endpoint: b.seg.endpoint, Protocol: b.seg.protocol}
 }
 
+// singleDesc is the descriptor of a single object, in one allocation.
+type singleDesc struct {
+	r [1]oplog.ReplicaDesc
+	b [1]oplog.BufferDesc
+}
+
+// singleDesc fills d with single o's descriptor.
+func (o *object) singleDesc(d *singleDesc) []oplog.ReplicaDesc {
+	r := &o.replicas[0]
+	d.b[0] = r.buffers[0].desc()
+	d.r[0] = oplog.ReplicaDesc{Status: r.status.String(), Buffers: d.b[:]}
+	return d.r[:]
+}
+
 func (o *object) descriptors() []oplog.ReplicaDesc {
 	if o.single() {
-		// One allocation instead of two, on every read.
-		one := new(struct {
-			r [1]oplog.ReplicaDesc
-			b [1]oplog.BufferDesc
-		})
-		r := &o.replicas[0]
-		one.b[0] = r.buffers[0].desc()
-		one.r[0] = oplog.ReplicaDesc{Status: r.status.String(), Buffers: one.b[:]}
-		return one.r[:]
+		return o.singleDesc(new(singleDesc)) // one allocation instead of two, on every read
 	}
 	out := make([]oplog.ReplicaDesc, len(o.replicas))
 	for i, r := range o.replicas {

@@ -81,12 +81,19 @@ func (h *Handler) register() {
 	serve(h, "BatchGetReplicaList", func(ctx context.Context, a KeysArgs) []Expected[GetReplicaListResponse] {
 		rs, err := h.batchRead(ctx, a, b.BatchGetReplicaList)
 		out := make([]Expected[GetReplicaListResponse], len(a.Keys))
-		for i := range out {
-			if err != nil {
+		if err != nil {
+			for i := range out {
 				out[i] = fail[GetReplicaListResponse](err)
-				continue
 			}
-			out[i] = h.replicaList(rs[i].Replicas, rs[i].Err)
+			return out
+		}
+		n := 0
+		for _, r := range rs {
+			n += len(r.Replicas)
+		}
+		slab := make([]ReplicaDescriptor, 0, n)
+		for i := range out {
+			out[i], slab = h.replicaListIn(slab, rs[i].Replicas, rs[i].Err)
 		}
 		return out
 	})

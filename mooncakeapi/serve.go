@@ -164,10 +164,14 @@ func done(r fsm.Result, err error) Expected[Void] {
 // one buffer, so an object written in several slices (through gRPC) cannot
 // be described to a Mooncake client.
 func replicasOf(rs []oplog.ReplicaDesc) ([]ReplicaDescriptor, error) {
-	out := make([]ReplicaDescriptor, len(rs))
+	return appendReplicas(make([]ReplicaDescriptor, 0, len(rs)), rs)
+}
+
+// appendReplicas appends the descriptors of rs to dst.
+func appendReplicas(dst []ReplicaDescriptor, rs []oplog.ReplicaDesc) ([]ReplicaDescriptor, error) {
 	for i, r := range rs {
 		if len(r.Buffers) != 1 {
-			return nil, errcode.New(errcode.InvalidRead, "the object is in %d slices; a Mooncake client reads objects of one", len(r.Buffers))
+			return dst, errcode.New(errcode.InvalidRead, "the object is in %d slices; a Mooncake client reads objects of one", len(r.Buffers))
 		}
 		b := r.Buffers[0]
 		status := ReplicaComplete
@@ -178,10 +182,10 @@ func replicasOf(rs []oplog.ReplicaDesc) ([]ReplicaDescriptor, error) {
 		if protocol == "" {
 			protocol = defaultProtocol
 		}
-		out[i] = ReplicaDescriptor{ID: uint64(i + 1), Status: status,
-			Descriptor: Memory(BufferDescriptor{Size: b.Size, BufferAddress: b.Address, Protocol: protocol, TransportEndpoint: b.Endpoint})}
+		dst = append(dst, ReplicaDescriptor{ID: uint64(i + 1), Status: status,
+			Descriptor: Memory(BufferDescriptor{Size: b.Size, BufferAddress: b.Address, Protocol: protocol, TransportEndpoint: b.Endpoint})})
 	}
-	return out, nil
+	return dst, nil
 }
 
 // defaultProtocol is the transfer protocol a buffer's descriptor names when
@@ -255,12 +259,20 @@ func (h *Handler) batchRead(ctx context.Context, a KeysArgs, read func(context.C
 }
 
 func (h *Handler) replicaList(rs []oplog.ReplicaDesc, err error) Expected[GetReplicaListResponse] {
+	a, _ := h.replicaListIn(make([]ReplicaDescriptor, 0, len(rs)), rs, err)
+	return a
+}
+
+// replicaListIn is replicaList with the descriptors appended to slab, which
+// it returns grown: a batch's answers share one allocation.
+func (h *Handler) replicaListIn(slab []ReplicaDescriptor, rs []oplog.ReplicaDesc, err error) (Expected[GetReplicaListResponse], []ReplicaDescriptor) {
 	if err != nil {
-		return fail[GetReplicaListResponse](err)
+		return fail[GetReplicaListResponse](err), slab
 	}
-	out, err := replicasOf(rs)
+	start := len(slab)
+	grown, err := appendReplicas(slab, rs)
 	if err != nil {
-		return fail[GetReplicaListResponse](err)
+		return fail[GetReplicaListResponse](err), slab
 	}
-	return structpack.OK(GetReplicaListResponse{Replicas: out, LeaseTTLMs: h.leaseMs})
+	return structpack.OK(GetReplicaListResponse{Replicas: grown[start:len(grown):len(grown)], LeaseTTLMs: h.leaseMs}), grown
 }

@@ -216,7 +216,7 @@ func (n *Node) confirmLeader(ctx context.Context) error {
 // the renewal is recorded for the next Tick before the answer goes out.
 func (n *Node) GetReplicaList(ctx context.Context, key string) ([]oplog.ReplicaDesc, fsm.Grant, error) {
 	var r [1]fsm.KeyRead // on the stack: a lone read allocates no batch
-	if err := n.batchRead(ctx, []string{key}, r[:], (*fsm.FSM).GetReplicaList); err != nil {
+	if err := n.batchRead(ctx, []string{key}, r[:], (*fsm.FSM).GetReplicaLists); err != nil {
 		return nil, fsm.Grant{}, err
 	}
 	return r[0].Replicas, r[0].Grant, r[0].Err
@@ -225,7 +225,7 @@ func (n *Node) GetReplicaList(ctx context.Context, key string) ([]oplog.ReplicaD
 // ExistKey is a linearizable existence check that grants a lease if found.
 func (n *Node) ExistKey(ctx context.Context, key string) (bool, fsm.Grant, error) {
 	var r [1]fsm.KeyRead
-	if err := n.batchRead(ctx, []string{key}, r[:], (*fsm.FSM).ExistKey); err != nil {
+	if err := n.batchRead(ctx, []string{key}, r[:], (*fsm.FSM).ExistKeys); err != nil {
 		return false, fsm.Grant{}, err
 	}
 	return r[0].Found, r[0].Grant, r[0].Err
@@ -234,17 +234,18 @@ func (n *Node) ExistKey(ctx context.Context, key string) (bool, fsm.Grant, error
 // BatchGetReplicaList reads every key in one pass: one leadership check,
 // one gate pass and one state lock for the whole batch.
 func (n *Node) BatchGetReplicaList(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
-	return n.readEach(ctx, keys, (*fsm.FSM).GetReplicaList)
+	return n.readEach(ctx, keys, (*fsm.FSM).GetReplicaLists)
 }
 
 // BatchExistKey checks every key in one pass, like BatchGetReplicaList.
 func (n *Node) BatchExistKey(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
-	return n.readEach(ctx, keys, (*fsm.FSM).ExistKey)
+	return n.readEach(ctx, keys, (*fsm.FSM).ExistKeys)
 }
 
-type keyReader = func(f *fsm.FSM, key string, nowMs int64) fsm.KeyRead
+// keysReader reads keys[i] into out[i] as of nowMs.
+type keysReader = func(f *fsm.FSM, keys []string, nowMs int64, out []fsm.KeyRead)
 
-func (n *Node) readEach(ctx context.Context, keys []string, read keyReader) ([]fsm.KeyRead, error) {
+func (n *Node) readEach(ctx context.Context, keys []string, read keysReader) ([]fsm.KeyRead, error) {
 	out := make([]fsm.KeyRead, len(keys))
 	if err := n.batchRead(ctx, keys, out, read); err != nil {
 		return nil, err
@@ -253,15 +254,11 @@ func (n *Node) readEach(ctx context.Context, keys []string, read keyReader) ([]f
 }
 
 // batchRead reads keys[i] into out[i].
-func (n *Node) batchRead(ctx context.Context, keys []string, out []fsm.KeyRead, read keyReader) error {
+func (n *Node) batchRead(ctx context.Context, keys []string, out []fsm.KeyRead, read keysReader) error {
 	return n.linearizable(ctx, func() error {
 		return n.gate.readKeys(ctx, keys, func() {
 			now := n.now()
-			n.sm.read(func(f *fsm.FSM) {
-				for i, k := range keys {
-					out[i] = read(f, k, now)
-				}
-			})
+			n.sm.read(func(f *fsm.FSM) { read(f, keys, now, out) })
 			for _, r := range out {
 				if r.Found {
 					n.renew(r.Grant)
