@@ -255,8 +255,13 @@ func (c *Client) do(ctx context.Context, idempotent bool, attempt attemptFunc) e
 				if perm, ok := errors.AsType[permanent](err); ok {
 					return perm.err
 				}
-				var retry bool
-				if last, retry = c.rpcError(ep, err, p.Addr != nil, idempotent); !retry || ctx.Err() != nil {
+				rerr, retry := c.rpcError(ep, err, p.Addr != nil, idempotent)
+				if retry && last != nil && (ctx.Err() != nil || status.Code(err) == codes.DeadlineExceeded) {
+					// The call's deadline cut a retry short: the answer
+					// before it says why the call failed, the cut does not.
+					rerr = last
+				}
+				if !retry || ctx.Err() != nil {
 					if ctx.Err() != nil && p.Addr != nil {
 						// ep took the request and gave no answer in the call's
 						// whole time: it may be paused (a stopped process
@@ -265,8 +270,9 @@ func (c *Client) do(ctx context.Context, idempotent bool, attempt attemptFunc) e
 						// still leads.
 						c.skip(ep)
 					}
-					return last
+					return rerr
 				}
+				last = rerr
 			}
 		} else if ctx.Err() == nil {
 			last = errcode.New(errcode.UnavailableInCurrentStatus, "no connection to %s within %v", ep, c.connectTimeout)

@@ -31,6 +31,7 @@ type testBackend struct {
 	dropNext    atomic.Bool            // drop every connection after the next Propose applies
 	loseNext    atomic.Bool            // answer the next Propose OUTCOME_UNKNOWN after applying it
 	paused      atomic.Bool            // answer ExistKey only at the call's deadline, as a SIGSTOPped process
+	hung        atomic.Bool            // answer ExistKey only after the client gave up on it
 
 	proposes atomic.Int64 // Propose calls that reached the FSM
 	refused  atomic.Int64 // calls answered NOT_LEADER or UNAVAILABLE
@@ -92,6 +93,12 @@ func (b *testBackend) BatchExistKey(ctx context.Context, keys []string) ([]fsm.K
 }
 
 func (b *testBackend) ExistKey(ctx context.Context, key string) (bool, fsm.Grant, error) {
+	if b.hung.Load() {
+		b.refused.Add(1)
+		<-ctx.Done()
+		time.Sleep(100 * time.Millisecond)
+		return false, fsm.Grant{}, ctx.Err()
+	}
 	if b.paused.Load() {
 		b.refused.Add(1)
 		<-ctx.Done()

@@ -197,6 +197,18 @@ func TestUnavailableRetriedUntilDeadline(t *testing.T) {
 	assert.Contains(t, err.Error(), "no promoted leader yet")
 	assert.Greater(t, b.refused.Load(), int64(1), "it was retried")
 
+	// A retry that the deadline cuts short does not hide the answer before it.
+	refused := b.refused.Load()
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		b.hung.Store(true)
+	}()
+	_, _, err = c.ExistKey(ctxT(t, 600*time.Millisecond), "k")
+	requireCode(t, errcode.UnavailableInCurrentStatus, err, "the last answer comes back when the deadline cuts a retry short")
+	assert.Contains(t, err.Error(), "no promoted leader yet")
+	assert.Greater(t, b.refused.Load(), refused+1, "refused, then held past the deadline")
+	b.hung.Store(false)
+
 	// A leader that becomes ready while the client retries is found.
 	go func() {
 		time.Sleep(100 * time.Millisecond)
