@@ -39,17 +39,31 @@ type KeyRead struct {
 // GetReplicaList returns the COMPLETE replicas of key and the lease the read
 // grants, as of the leader's clock nowMs.
 func (f *FSM) GetReplicaList(key string, nowMs int64) KeyRead {
-	if err := validateKey(key); err != nil {
+	it, err := f.lookup(key)
+	if err == nil && !it.obj.complete() {
+		err = notReady(it)
+	}
+	if err != nil {
 		return KeyRead{Err: err}
+	}
+	return KeyRead{Replicas: it.obj.descriptors(), Found: true, Grant: f.grant(it.key, it.obj, nowMs)}
+}
+
+// lookup finds key's object, or says why a read of key finds none.
+func (f *FSM) lookup(key string) (objItem, error) {
+	if err := validateKey(key); err != nil {
+		return objItem{}, err
 	}
 	it, ok := f.findObject(key)
 	if !ok {
-		return KeyRead{Err: errcode.New(errcode.ObjectNotFound, "key %q not found", key)}
+		return objItem{}, errcode.New(errcode.ObjectNotFound, "key %q not found", key)
 	}
-	if !it.obj.complete() {
-		return KeyRead{Err: errcode.New(errcode.ReplicaIsNotReady, "key %q is still being written", key)}
-	}
-	return KeyRead{Replicas: it.obj.descriptors(), Found: true, Grant: f.grant(it.key, it.obj, nowMs)}
+	return it, nil
+}
+
+// notReady is why a read of an object still being written finds nothing.
+func notReady(it objItem) error {
+	return errcode.New(errcode.ReplicaIsNotReady, "key %q is still being written", it.key)
 }
 
 // GetReplicaLists is GetReplicaList of every key, keys[i] into out[i], for
@@ -62,19 +76,14 @@ func (f *FSM) GetReplicaLists(keys []string, nowMs int64, out []KeyRead) {
 		return
 	}
 	var onStack [128]objItem // a batch up to master_bench's default looks up without allocating
-	found := onStack[:0]
+	found := onStack[:min(len(keys), len(onStack))]
 	if len(keys) > len(onStack) {
-		found = make([]objItem, 0, len(keys))
+		found = make([]objItem, len(keys))
 	}
-	found = found[:len(keys)]
 	for i, k := range keys {
-		if err := validateKey(k); err != nil {
+		it, err := f.lookup(k)
+		if err != nil {
 			out[i] = KeyRead{Err: err}
-			continue
-		}
-		it, ok := f.findObject(k)
-		if !ok {
-			out[i] = KeyRead{Err: errcode.New(errcode.ObjectNotFound, "key %q not found", k)}
 			continue
 		}
 		found[i] = it
@@ -84,7 +93,7 @@ func (f *FSM) GetReplicaLists(keys []string, nowMs int64, out []KeyRead) {
 		switch {
 		case it.obj == nil:
 		case !it.obj.complete():
-			out[i] = KeyRead{Err: errcode.New(errcode.ReplicaIsNotReady, "key %q is still being written", it.key)}
+			out[i] = KeyRead{Err: notReady(it)}
 			found[i].obj = nil
 		case it.obj.single():
 			singles++
