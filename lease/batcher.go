@@ -34,6 +34,7 @@ type promise struct {
 // recorded is one Renew, not yet merged into its shard's maps.
 type recorded struct {
 	key     string
+	hash    uint64 // of key, for the shard and its table
 	p       promise
 	softPin bool
 }
@@ -50,9 +51,9 @@ type shard struct {
 	// map; whoever reads the maps next (a drain, Len, a sweep, or a full
 	// recent) merges it first.
 	recent   []recorded
-	renewals map[string]promise
-	soft     map[string]struct{} // the keys in renewals whose object is soft-pinned
-	pings    map[string]int64    // client id -> latest AtMs
+	renewals table
+	soft     map[string]uint64 // the keys in renewals whose object is soft-pinned, to their hash
+	pings    map[string]int64  // client id -> latest AtMs
 	// Keeps neighbouring shards' locks off one cache line, so readers on
 	// different shards do not slow each other down.
 	_ [64]byte
@@ -93,8 +94,7 @@ func NewBatcher(coalesceMs int64, maxWaiting int, exists func(key string) bool) 
 	}
 	b.nextSweep.Store(sweepFloor)
 	for i := range b.shards {
-		b.shards[i].renewals = make(map[string]promise)
-		b.shards[i].soft = make(map[string]struct{})
+		b.shards[i].soft = make(map[string]uint64)
 		b.shards[i].pings = make(map[string]int64)
 	}
 	return b
@@ -102,8 +102,9 @@ func NewBatcher(coalesceMs int64, maxWaiting int, exists func(key string) bool) 
 
 // The shard only spreads lock contention; drains sort, so the random seed
 // cannot make two leaders' Ticks differ.
-func (b *Batcher) shard(s string) *shard {
-	return &b.shards[maphash.String(b.seed, s)&(numShards-1)]
+func (b *Batcher) shard(s string) (*shard, uint64) {
+	h := maphash.String(b.seed, s)
+	return &b.shards[h&(numShards-1)], h
 }
 
 // Renew records that a read at atMs renewed key's lease: loggedMs is the
@@ -111,9 +112,9 @@ func (b *Batcher) shard(s string) *shard {
 // softPin whether the object is soft-pinned. Until a flush takes it, the
 // removal flush and the read gate keep the returned lease (node/gate.go).
 func (b *Batcher) Renew(key string, atMs, loggedMs, untilMs int64, softPin bool) {
-	s := b.shard(key)
+	s, h := b.shard(key)
 	s.mu.Lock()
-	s.recent = append(s.recent, recorded{key: key, p: promise{atMs: atMs, loggedMs: loggedMs, untilMs: untilMs}, softPin: softPin})
+	s.recent = append(s.recent, recorded{key: key, hash: h, p: promise{atMs: atMs, loggedMs: loggedMs, untilMs: untilMs}, softPin: softPin})
 	if len(s.recent) >= maxRecent {
 		s.merge()
 	}
@@ -124,10 +125,9 @@ func (b *Batcher) Renew(key string, atMs, loggedMs, untilMs int64, softPin bool)
 // time, and the soft pin if any read saw one.
 func (s *shard) merge() {
 	for _, r := range s.recent {
-		p := s.renewals[r.key]
-		s.renewals[r.key] = promise{atMs: max(p.atMs, r.p.atMs), loggedMs: max(p.loggedMs, r.p.loggedMs), untilMs: max(p.untilMs, r.p.untilMs)}
+		s.renewals.merge(r.hash, r.key, r.p)
 		if r.softPin {
-			s.soft[r.key] = struct{}{}
+			s.soft[r.key] = r.hash
 		}
 	}
 	clear(s.recent) // the keys are not kept alive
@@ -136,7 +136,7 @@ func (s *shard) merge() {
 
 // Ping records that the client pinged at atMs.
 func (b *Batcher) Ping(clientID string, atMs int64) {
-	s := b.shard(clientID)
+	s, _ := b.shard(clientID)
 	s.mu.Lock()
 	if old, ok := s.pings[clientID]; !ok || atMs > old {
 		s.pings[clientID] = atMs
@@ -187,12 +187,13 @@ func (b *Batcher) forgetGone() {
 		s := &b.shards[i]
 		s.mu.Lock()
 		s.merge()
-		for k := range s.renewals {
-			if !b.exists(k) {
-				delete(s.renewals, k)
-				delete(s.soft, k)
+		s.renewals.keep(func(k string) bool {
+			if b.exists(k) {
+				return true
 			}
-		}
+			delete(s.soft, k)
+			return false
+		})
 		s.mu.Unlock()
 	}
 }
@@ -204,16 +205,16 @@ func (b *Batcher) drain(all bool) ([]Renewal, []Ping) {
 		s := &b.shards[i]
 		s.mu.Lock()
 		s.merge()
-		var rs map[string]promise
+		var rs table
 		if all {
-			// Swap in fresh maps and read the old ones outside the lock.
+			// Swap in fresh ones and read the old outside the lock.
 			rs = s.renewals
-			s.renewals, s.soft = make(map[string]promise), make(map[string]struct{})
+			s.renewals, s.soft = table{}, make(map[string]uint64)
 		} else {
-			for k := range s.soft {
-				if p := s.renewals[k]; p.untilMs-p.loggedMs >= b.coalesceMs {
+			for k, h := range s.soft {
+				if p, _ := s.renewals.get(h, k); p.untilMs-p.loggedMs >= b.coalesceMs {
 					renewals = append(renewals, Renewal{Key: k, AtMs: p.atMs})
-					delete(s.renewals, k)
+					s.renewals.remove(h, k)
 					delete(s.soft, k)
 				}
 			}
@@ -223,9 +224,9 @@ func (b *Batcher) drain(all bool) ([]Renewal, []Ping) {
 		ps := s.pings
 		s.pings = make(map[string]int64, len(ps))
 		s.mu.Unlock()
-		for k, p := range rs {
+		rs.each(func(k string, p promise) {
 			renewals = append(renewals, Renewal{Key: k, AtMs: p.atMs})
-		}
+		})
 		for c, at := range ps {
 			pings = append(pings, Ping{ClientID: c, AtMs: at})
 		}
@@ -241,7 +242,7 @@ func (b *Batcher) Len() (renewals, pings int) {
 		s := &b.shards[i]
 		s.mu.Lock()
 		s.merge()
-		renewals += len(s.renewals)
+		renewals += s.renewals.n
 		pings += len(s.pings)
 		s.mu.Unlock()
 	}

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"testing"
@@ -267,4 +268,33 @@ func BenchmarkBatcherRenewParallel(b *testing.B) {
 			i += 7
 		}
 	})
+}
+
+// BenchmarkBatcherRenewMerge is a read-heavy leader's batcher: reads of
+// keys at random among many more than the caches hold, each recorded and
+// then folded into its shard's renewals, as a tick folds them.
+//
+//	go test -run '^$' -bench BatcherRenewMerge -benchmem ./lease/
+func BenchmarkBatcherRenewMerge(b *testing.B) {
+	keys := make([]string, 1<<18)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("140213547710016_%d", i)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	order := make([]int32, 1<<20)
+	for i := range order {
+		order[i] = int32(rng.IntN(len(keys)))
+	}
+	bt := lease.NewBatcher(1000, 1<<30, nil)
+	for _, k := range keys { // every key waits already, as after the first seconds of reads
+		bt.Renew(k, 1, 5000, 5000, false)
+	}
+	bt.Len()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		bt.Renew(keys[order[i&(len(order)-1)]], int64(i), int64(i)+5000, int64(i)+5000, false)
+		if i%40000 == 0 {
+			bt.Len() // a tick's merge
+		}
+	}
 }
