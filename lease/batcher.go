@@ -31,7 +31,7 @@ type promise struct {
 	untilMs  int64 // the lease the reads returned
 }
 
-// recorded is one Renew, not yet merged into its shard's maps.
+// recorded is one Renew, not yet merged into its shard's table.
 type recorded struct {
 	key     string
 	hash    uint64 // of key, for the shard and its table
@@ -48,8 +48,8 @@ type shard struct {
 	mu sync.Mutex
 	// recent holds the renewals since the last merge. A read appends to it
 	// rather than look its key up in renewals, a cache miss on a large
-	// map; whoever reads the maps next (a drain, Len, a sweep, or a full
-	// recent) merges it first.
+	// table; whoever reads renewals next (a drain, Len, a sweep, or a
+	// full recent) merges it first.
 	recent   []recorded
 	renewals table
 	soft     map[string]uint64 // the keys in renewals whose object is soft-pinned, to their hash
@@ -100,6 +100,7 @@ func NewBatcher(coalesceMs int64, maxWaiting int, exists func(key string) bool) 
 	return b
 }
 
+// shard returns s's shard and s's hash, which the shard's table reuses.
 // The shard only spreads lock contention; drains sort, so the random seed
 // cannot make two leaders' Ticks differ.
 func (b *Batcher) shard(s string) (*shard, uint64) {
@@ -121,8 +122,8 @@ func (b *Batcher) Renew(key string, atMs, loggedMs, untilMs int64, softPin bool)
 	s.mu.Unlock()
 }
 
-// merge, under mu, folds recent into the maps: per key the latest of each
-// time, and the soft pin if any read saw one.
+// merge, under mu, folds recent into renewals and soft: per key the
+// latest of each time, and the soft pin if any read saw one.
 func (s *shard) merge() {
 	for _, r := range s.recent {
 		s.renewals.merge(r.hash, r.key, r.p)
