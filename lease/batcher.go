@@ -52,8 +52,8 @@ type shard struct {
 	// full recent) merges it first.
 	recent   []recorded
 	renewals table
-	soft     map[string]uint64 // the keys in renewals whose object is soft-pinned, to their hash
-	pings    map[string]int64  // client id -> latest AtMs
+	soft     map[string]struct{} // the keys in renewals whose object is soft-pinned
+	pings    map[string]int64    // client id -> latest AtMs
 	// Keeps neighbouring shards' locks off one cache line, so readers on
 	// different shards do not slow each other down.
 	_ [64]byte
@@ -94,7 +94,7 @@ func NewBatcher(coalesceMs int64, maxWaiting int, exists func(key string) bool) 
 	}
 	b.nextSweep.Store(sweepFloor)
 	for i := range b.shards {
-		b.shards[i].soft = make(map[string]uint64)
+		b.shards[i].soft = make(map[string]struct{})
 		b.shards[i].pings = make(map[string]int64)
 	}
 	return b
@@ -128,7 +128,7 @@ func (s *shard) merge() {
 	for _, r := range s.recent {
 		s.renewals.merge(r.hash, r.key, r.p)
 		if r.softPin {
-			s.soft[r.key] = r.hash
+			s.soft[r.key] = struct{}{}
 		}
 	}
 	clear(s.recent) // the keys are not kept alive
@@ -210,9 +210,10 @@ func (b *Batcher) drain(all bool) ([]Renewal, []Ping) {
 		if all {
 			// Swap in fresh ones and read the old outside the lock.
 			rs = s.renewals
-			s.renewals, s.soft = table{}, make(map[string]uint64)
+			s.renewals, s.soft = table{}, make(map[string]struct{})
 		} else {
-			for k, h := range s.soft {
+			for k := range s.soft { // few: hashed again
+				h := maphash.String(b.seed, k)
 				if p, _ := s.renewals.get(h, k); p.untilMs-p.loggedMs >= b.coalesceMs {
 					renewals = append(renewals, Renewal{Key: k, AtMs: p.atMs})
 					s.renewals.remove(h, k)
