@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -168,7 +170,8 @@ func waitView(t *testing.T, endpoints, addr string) {
 // over the store's C API) keeps putting — through a follower's address, and
 // as an HA client given only etcd — while the leader is SIGKILLed;
 // afterwards it reads back every put that was acknowledged, through the
-// transfer engine, byte for byte.
+// transfer engine, byte for byte, and a call made after the kill has
+// succeeded.
 func TestMooncakeClientSurvivesLeaderKill(t *testing.T) {
 	mcDir := filepath.Dir(filepath.Dir(mooncakeBin(t, "store_c_smoke")))
 	for _, tc := range []struct {
@@ -213,6 +216,13 @@ func TestMooncakeClientSurvivesLeaderKill(t *testing.T) {
 			t.Logf("client of %s, leader %s killed at 3 s:\n%s", master, leader.ID, stdout.String())
 			require.NoError(t, err)
 			assert.Contains(t, stdout.String(), "lost 0\nLOOP OK", "every acknowledged put is read back")
+			// The run ends ~5 s after the kill: a longest stretch without a
+			// successful fresh call under that means one succeeded after it.
+			m := regexp.MustCompile(`(?m)^fresh_gap (\d+)$`).FindStringSubmatch(stdout.String())
+			require.NotNil(t, m, "the loop reports its fresh calls")
+			freshGap, err := strconv.Atoi(m[1])
+			require.NoError(t, err)
+			assert.Less(t, freshGap, 5000, "a call made after the leader's kill reached the new leader")
 		})
 	}
 }
@@ -226,7 +236,7 @@ func buildLoop(t *testing.T, mc, out string) string {
 // mc's C API.
 func buildC(t *testing.T, mc, src, out string) string {
 	_, self, _, _ := runtime.Caller(0)
-	cc := exec.Command("gcc", "-O2", "-o", out, filepath.Join(filepath.Dir(self), src),
+	cc := exec.Command("gcc", "-O2", "-pthread", "-o", out, filepath.Join(filepath.Dir(self), src),
 		"-I"+filepath.Join(mc, "include"), "-L"+filepath.Join(mc, "lib"), "-lmooncake_store", "-Wl,-rpath,"+filepath.Join(mc, "lib"))
 	b, err := cc.CombinedOutput()
 	require.NoError(t, err, "build %s against Mooncake's C API:\n%s", src, b)
