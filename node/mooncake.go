@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/moonraft/moonraft/cororpc"
@@ -23,11 +24,13 @@ type mooncakeFront struct {
 	n     *Node
 	local *mooncakeapi.Handler
 	fwd   cororpc.Pool
+	calls atomic.Uint64 // calls begun: DrainMooncake waits for it to stand still
 }
 
 // CallInline implements cororpc.Inliner: a key read is quick on the
 // leader; on a follower it is a forward, a round trip to the leader.
 func (m *mooncakeFront) CallInline(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string, bool) {
+	m.calls.Add(1)
 	if !m.n.IsLeader() {
 		return dst, 0, "", false
 	}
@@ -35,6 +38,7 @@ func (m *mooncakeFront) CallInline(ctx context.Context, id uint32, body, dst []b
 }
 
 func (m *mooncakeFront) Call(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string) {
+	m.calls.Add(1)
 	if cororpc.Forwarded(ctx) { // views disagree: no second hop
 		return m.local.Call(ctx, id, body, dst)
 	}
@@ -98,4 +102,34 @@ func (m *mooncakeFront) leaderAddr() string {
 		return ""
 	}
 	return st.LeaderMooncakeAddr
+}
+
+// DrainMooncake keeps serving until another node leads, promoted, and no
+// Mooncake call has begun here for quiet since; or until ctx ends. A
+// leader that handed over before it stops calls it: its clients move to
+// the new leader once it publishes master_view, and until then this node
+// forwards their calls. Closing at once would cost each client whose next
+// call met the closed address ~4 s of its connection pool's retries
+// (docs/MOONCAKE_PROTOCOL.md).
+func (n *Node) DrainMooncake(ctx context.Context, quiet time.Duration) {
+	if n.mooncake == nil || quiet <= 0 {
+		return
+	}
+	t := time.NewTicker(quiet / 4)
+	defer t.Stop()
+	last, since := n.mooncake.calls.Load(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c := n.mooncake.calls.Load()
+		switch {
+		case c != last || n.mooncake.leaderAddr() == "":
+			last, since = c, time.Now()
+		case time.Since(since) >= quiet:
+			return
+		}
+	}
 }

@@ -65,6 +65,7 @@ type Node struct {
 	http *http.Server
 	// stopMooncake ends the Mooncake protocol server (nil: not serving).
 	stopMooncake context.CancelFunc
+	mooncake     *mooncakeFront // nil: not serving
 
 	serverTLS, clientTLS *tls.Config // nil: plaintext
 	metrics              *nodeMetrics

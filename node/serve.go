@@ -69,6 +69,7 @@ func (n *Node) serve() error {
 		n.stopMooncake = cancel
 		front := &mooncakeFront{n: n, local: mooncakeapi.NewHandler(n, n.log, uint64(n.cfg.Params.LeaseTTLMs)),
 			fwd: cororpc.Pool{MsgType: cororpc.MsgForwarded}}
+		n.mooncake = front
 		srv := &cororpc.Server{Handler: front, Logger: n.log, Loops: n.cfg.MooncakeLoops}
 		n.wg.Add(1)
 		go func() {

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # make mooncake-failover: the same Mooncake client loop (tests/mooncakeloop,
 # Mooncake's HA client build, given only etcd) putting while the serving
-# master is SIGKILLed, against Mooncake's own HA pair (two mooncake_master
-# with --enable_ha) and against three moonraft nodes at their default flags.
+# master is stopped (SIGKILL, or SIGTERM with SIGNAL=TERM), against
+# Mooncake's own HA pair (two mooncake_master with --enable_ha) and against
+# three moonraft nodes at their default flags.
 # Reports, per system: puts acknowledged and failed, the longest time
 # without an acknowledged put (the loop waits out the put in flight at the
 # kill, which Mooncake's client pool retries on the dead address for ~4 s),
 # the longest time in which no fresh call (one started every 50 ms beside
 # the loop) succeeded, and acknowledged puts not read back.
-#   SECONDS_RUN=25 KILL_AT=5 MOONCAKE_DIR=../shared/mooncake
+#   SECONDS_RUN=25 KILL_AT=5 SIGNAL=KILL MOONCAKE_DIR=../shared/mooncake
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MC="${MOONCAKE_DIR:-../shared/mooncake}"
 RUN="${SECONDS_RUN:-25}"
 KILL_AT="${KILL_AT:-5}"
+SIGNAL="${SIGNAL:-KILL}"
 BIN=./bin
 dir=$(mktemp -d /tmp/mooncake-failover.XXXXXX)
 pids=()
@@ -34,7 +36,7 @@ start_etcd() { # $1: client port
 
 # run_loop NAME ETCD_PORT KILL_CMD: the loop for RUN seconds, KILL_CMD at KILL_AT.
 run_loop() {
-  echo "$1: client loop for ${RUN}s, the serving master killed at ${KILL_AT}s" >&2
+  echo "$1: client loop for ${RUN}s, SIG$SIGNAL to the serving master at ${KILL_AT}s" >&2
   stdbuf -oL "$dir/loop" "etcd://127.0.0.1:$2" "$RUN" >"$dir/$1.out" 2>"$dir/$1.err" &
   local lp=$!
   sleep "$KILL_AT"
@@ -57,7 +59,7 @@ for i in 0 1; do
   sleep 3
 done
 # The first one started serves: kill it.
-run_loop "Mooncake HA pair (3b5a594)" 18579 'kill -KILL $mc0'
+run_loop "Mooncake HA pair (3b5a594)" 18579 'kill -$SIGNAL $mc0'
 
 echo "moonraft: three nodes at the default flags" >&2
 start_etcd 18679
@@ -78,7 +80,7 @@ for _ in $(seq 1 100); do
 done
 [ -n "$leader" ] || { echo "no leader" >&2; exit 1; }
 sleep 1
-run_loop "moonraft, 3 nodes" 18679 "kill -KILL \$mr${leader#n}"
+run_loop "moonraft, 3 nodes" 18679 "kill -\$SIGNAL \$mr${leader#n}"
 
 echo "| system | puts acknowledged | puts failed | longest time without an acknowledged put (ms) | longest time without a successful fresh call (ms) | acknowledged puts lost |"
 echo "|---|---|---|---|---|---|"

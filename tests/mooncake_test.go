@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moonraft/moonraft/cororpc"
+	"github.com/moonraft/moonraft/mooncakeapi"
 	"github.com/moonraft/moonraft/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -225,6 +227,61 @@ func TestMooncakeClientSurvivesLeaderKill(t *testing.T) {
 			assert.Less(t, freshGap, 5000, "a call made after the leader's kill reached the new leader")
 		})
 	}
+}
+
+// TestStoppingLeaderKeepsItsMooncakeClients: a leader stopped with SIGTERM
+// hands over, then keeps its Mooncake connections open, forwarding their
+// calls to the new leader, while the client keeps calling; once the client
+// is quiet it exits. Closing at once would leave a Mooncake client's next
+// call on a closed address, which its connection pool retries for ~4 s.
+func TestStoppingLeaderKeepsItsMooncakeClients(t *testing.T) {
+	dir := t.TempDir()
+	bin, _ := Binaries(t, dir)
+	c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms")
+	cl, err := transport.Dial(transport.ClientConfig{Endpoints: c.Endpoints()})
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old := c.Leader(ctx, cl)
+	mc, err := cororpc.Dial(ctx, old.MooncakeAddr, 0)
+	require.NoError(t, err)
+	defer mc.Close()
+
+	// The client calls every 10 ms until stop; connection errors are kept.
+	stop := make(chan struct{})
+	done := make(chan []error)
+	go func() {
+		var errs []error
+		for {
+			select {
+			case <-stop:
+				done <- errs
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+			if _, err := mc.Call(cctx, mooncakeapi.FunctionID("ServiceReady"), nil); err != nil {
+				errs = append(errs, err)
+			}
+			ccancel()
+		}
+	}()
+
+	old.Signal(syscall.SIGTERM)
+	var next *Proc
+	for next == nil || next == old {
+		time.Sleep(20 * time.Millisecond)
+		next = c.Leader(ctx, cl)
+	}
+	time.Sleep(500 * time.Millisecond) // the client still calls the stopping node
+	close(stop)
+	if errs := <-done; len(errs) > 0 {
+		t.Errorf("the stopping leader dropped its client while it kept calling: %d calls failed, the first with %v", len(errs), errs[0])
+	}
+	require.True(t, old.Wait(15*time.Second), "the stopping leader exits once its client is quiet")
+	_, err = mc.Call(ctx, mooncakeapi.FunctionID("ServiceReady"), nil)
+	assert.Error(t, err, "and then its connections are closed")
 }
 
 // buildLoop compiles tests/mooncakeloop against the Mooncake build in mc.

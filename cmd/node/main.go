@@ -37,6 +37,7 @@ func main() {
 type options struct {
 	cfg            node.Config
 	gcPercent      int
+	mooncakeDrain  time.Duration
 	dev            bool
 	followEtcd     bool
 	followSnapshot string
@@ -124,6 +125,8 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	fs.IntVar(&cfg.Limits.MaxInFlightPerClient, "max-in-flight-per-client", transport.DefaultMaxInFlightPerClient, "requests one client (client id, else connection) may have in progress at once; -1: no cap")
 	fs.IntVar(&cfg.MooncakeLoops, "mooncake-loops", 0,
 		"event loops serving --mooncake-addr, each given a P of its own (docs/OPERATIONS.md); 0: one per two CPUs Go may use ($GOMAXPROCS), at least one; -1: a goroutine per connection")
+	fs.DurationVar(&o.mooncakeDrain, "mooncake-drain", 3*time.Second,
+		"on SIGTERM, a leader that handed over keeps answering its Mooncake clients (forwarding) until none has called for 300 ms, at most this long (0: close at once; docs/OPERATIONS.md)")
 	fs.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent(os.Getenv("GOGC")),
 		"Go's GOGC: the heap may grow this many percent over the live heap before a collection (-1: off); higher spends memory to save CPU per write (docs/OPERATIONS.md)")
 	fs.IntVar(&cfg.MaxPendingWrites, "max-pending-writes", node.DefaultMaxPendingWrites, "client writes this node may have waiting for the log at once; past it a write is refused with TOO_MANY_REQUESTS; -1: no bound")
@@ -203,6 +206,11 @@ func (o *options) finish(a finishArgs) error {
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "moonraft", Level: hclog.LevelFromString(a.logLevel)})
 	return nil
 }
+
+// mooncakeDrainQuiet is how long a stopping leader's Mooncake clients
+// must have made no call before it closes: an HA client follows the new
+// master_view within milliseconds, and its pings come once a second.
+const mooncakeDrainQuiet = 300 * time.Millisecond
 
 // DefaultGCPercent is the node's GOGC unless $GOGC is set. At Go's 100 the
 // collector took about a sixth of a node's CPU under puts; 200 cut the CPU
@@ -309,6 +317,12 @@ func run(args []string) error {
 	if members, _ := n.Members(tctx); n.IsLeader() && len(members) > 1 {
 		if err := n.TransferLeadership(tctx, ""); err != nil {
 			cfg.Logger.Warn("leadership transfer before stop failed", "error", err)
+		} else {
+			// Its Mooncake clients move on the new master_view; until then
+			// this node forwards their calls.
+			dctx, dcancel := context.WithTimeout(context.Background(), o.mooncakeDrain)
+			n.DrainMooncake(dctx, mooncakeDrainQuiet)
+			dcancel()
 		}
 	}
 	if err := n.Close(); err != nil && !errors.Is(err, context.Canceled) {
