@@ -85,6 +85,21 @@ func TestConfigFileErrors(t *testing.T) {
 	assert.Equal(t, errcode.FileNotFound, errcode.Of(err))
 }
 
+// TestMooncakeDrain: --mooncake-drain defaults to 3 s; 0 turns it off and a
+// negative bound is refused with a message naming the flag.
+func TestMooncakeDrain(t *testing.T) {
+	o, err := parseArgs([]string{"--id", "n0", "--data-dir", t.TempDir()})
+	require.NoError(t, err)
+	assert.Equal(t, 3*time.Second, o.mooncakeDrain)
+	o, err = parseArgs([]string{"--id", "n0", "--data-dir", t.TempDir(), "--mooncake-drain", "0"})
+	require.NoError(t, err)
+	assert.Zero(t, o.mooncakeDrain)
+	_, err = parseArgs([]string{"--id", "n0", "--data-dir", t.TempDir(), "--mooncake-drain", "-1s"})
+	require.Error(t, err)
+	assert.Equal(t, errcode.InvalidParams, errcode.Of(err))
+	assert.Contains(t, err.Error(), "--mooncake-drain")
+}
+
 // TestExampleConfig: docs/moonraft.example.hcl uses only real keys with
 // valid values.
 func TestExampleConfig(t *testing.T) {

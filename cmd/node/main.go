@@ -164,6 +164,9 @@ func (o *options) finish(a finishArgs) error {
 		return err
 	}
 	cfg.RaftLogStore = ls
+	if o.mooncakeDrain < 0 {
+		return errcode.New(errcode.InvalidParams, "--mooncake-drain %v: want 0 (close at once) or a positive bound", o.mooncakeDrain)
+	}
 	if a.walSegmentMB < 1 || a.walSegmentMB > 1024 {
 		return errcode.New(errcode.InvalidParams, "--raft-wal-segment-mb %d: want 1 to 1024", a.walSegmentMB)
 	}
@@ -207,9 +210,10 @@ func (o *options) finish(a finishArgs) error {
 	return nil
 }
 
-// mooncakeDrainQuiet is how long a stopping leader's Mooncake clients
-// must have made no call before it closes: an HA client follows the new
-// master_view within milliseconds, and its pings come once a second.
+// mooncakeDrainQuiet is how long a stopping leader's Mooncake clients must
+// have made no call, once a new leader is known, before it closes: an HA
+// client follows the new master_view within milliseconds of its
+// publication.
 const mooncakeDrainQuiet = 300 * time.Millisecond
 
 // DefaultGCPercent is the node's GOGC unless $GOGC is set. At Go's 100 the
