@@ -110,11 +110,14 @@ func (m *mooncakeFront) leaderAddr() string {
 // the new leader once it publishes master_view, and until then this node
 // forwards their calls. Closing at once would cost each client whose next
 // call met the closed address ~4 s of its connection pool's retries
-// (docs/MOONCAKE_PROTOCOL.md).
+// (docs/MOONCAKE_PROTOCOL.md). A leader promotes within two election
+// timeouts of the handover; with none by then (the whole cluster
+// stopping), no node would take the calls, and quiet alone decides.
 func (n *Node) DrainMooncake(ctx context.Context, quiet time.Duration) {
 	if n.mooncake == nil || quiet <= 0 {
 		return
 	}
+	leaderBy := time.Now().Add(2 * n.cfg.ElectionTimeout)
 	t := time.NewTicker(quiet / 4)
 	defer t.Stop()
 	last, since := n.mooncake.calls.Load(), time.Now()
@@ -125,8 +128,9 @@ func (n *Node) DrainMooncake(ctx context.Context, quiet time.Duration) {
 		case <-t.C:
 		}
 		c := n.mooncake.calls.Load()
+		awaiting := n.mooncake.leaderAddr() == "" && time.Now().Before(leaderBy)
 		switch {
-		case c != last || n.mooncake.leaderAddr() == "":
+		case c != last || awaiting:
 			last, since = c, time.Now()
 		case time.Since(since) >= quiet:
 			return
