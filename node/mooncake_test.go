@@ -2,6 +2,7 @@ package node
 
 import (
 	"bufio"
+	"context"
 	"maps"
 	"net"
 	"slices"
@@ -281,4 +282,16 @@ func TestMooncakeCallsNoClientSends(t *testing.T) {
 	assert.Equal(t, []void{{}, {}}, mcCall[[]void](m, "BatchRemove", mc.BatchRemoveArgs{Keys: []string{"golden/u", "golden/b1"}, Force: true, TenantID: tenant}))
 	assert.Zero(t, mcCall[void](m, "GracefulUnmountSegment", mc.GracefulUnmountArgs{SegmentID: seg.ID, ClientID: client}).Err)
 	assert.Equal(t, structpack.OK(false), mcCall[structpack.Expected[bool]](m, "ExistKey", mc.KeyArgs{Key: "golden/u", TenantID: tenant}))
+}
+
+// TestDrainMooncakeWithoutANewLeader: when no other node promotes (here a
+// lone node, its own leader), the drain waits two election timeouts for
+// one, then ends once its clients are quiet, long before its bound.
+func TestDrainMooncakeWithoutANewLeader(t *testing.T) {
+	c := newCluster(t, 1, time.Hour, withMooncake(t))
+	nd := c.nodes[c.leader()]
+	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nd.DrainMooncake(dctx, 50*time.Millisecond)
+	assert.NoError(t, dctx.Err(), "the drain ended by itself, not at its bound")
 }

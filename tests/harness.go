@@ -99,6 +99,17 @@ func (c *Cluster) StopAll() {
 	child.StopAll(10*time.Second, ps...)
 }
 
+// Client dials every node's gRPC address; the client closes when the test
+// ends.
+func (c *Cluster) Client() *transport.Client {
+	cl, err := transport.Dial(transport.ClientConfig{Endpoints: c.Endpoints()})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
 // Endpoints lists every node's gRPC address.
 func (c *Cluster) Endpoints() []string {
 	var out []string

@@ -17,7 +17,6 @@ import (
 
 	"github.com/moonraft/moonraft/cororpc"
 	"github.com/moonraft/moonraft/mooncakeapi"
-	"github.com/moonraft/moonraft/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -61,9 +60,7 @@ func TestMooncakeClients(t *testing.T) {
 	dir := t.TempDir()
 	bin, _ := Binaries(t, dir)
 	c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms")
-	cl, err := transport.Dial(transport.ClientConfig{Endpoints: c.Endpoints()})
-	require.NoError(t, err)
-	defer cl.Close()
+	cl := c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	leader := c.Leader(ctx, cl)
@@ -100,9 +97,7 @@ func TestMooncakeHAClientFollowsFailover(t *testing.T) {
 	bin, _ := Binaries(t, dir)
 	c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms", "--etcd-endpoints", etcd,
 		"--client-ttl", "2s")
-	cl, err := transport.Dial(transport.ClientConfig{Endpoints: c.Endpoints()})
-	require.NoError(t, err)
-	defer cl.Close()
+	cl := c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	viaEtcd := "etcd://" + strings.TrimPrefix(strings.Split(etcd, ",")[0], "http://")
@@ -189,9 +184,7 @@ func TestMooncakeClientSurvivesLeaderKill(t *testing.T) {
 			etcd := startEtcd(t)
 			bin, _ := Binaries(t, dir)
 			c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms", "--etcd-endpoints", etcd)
-			cl, err := transport.Dial(transport.ClientConfig{Endpoints: c.Endpoints()})
-			require.NoError(t, err)
-			defer cl.Close()
+			cl := c.Client()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			leader := c.Leader(ctx, cl)
@@ -214,7 +207,7 @@ func TestMooncakeClientSurvivesLeaderKill(t *testing.T) {
 			time.Sleep(3 * time.Second)
 			c.Kill(leader, syscall.SIGKILL)
 			require.NotEqual(t, leader.ID, c.Leader(ctx, cl).ID)
-			err = cmd.Wait()
+			err := cmd.Wait()
 			t.Logf("client of %s, leader %s killed at 3 s:\n%s", master, leader.ID, stdout.String())
 			require.NoError(t, err)
 			assert.Contains(t, stdout.String(), "lost 0\nLOOP OK", "every acknowledged put is read back")
@@ -238,9 +231,7 @@ func TestStoppingLeaderKeepsItsMooncakeClients(t *testing.T) {
 	dir := t.TempDir()
 	bin, _ := Binaries(t, dir)
 	c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms")
-	cl, err := transport.Dial(transport.ClientConfig{Endpoints: c.Endpoints()})
-	require.NoError(t, err)
-	defer cl.Close()
+	cl := c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	old := c.Leader(ctx, cl)
