@@ -43,7 +43,16 @@ func (m *mooncakeFront) Call(ctx context.Context, id uint32, body, dst []byte) (
 		return m.local.Call(ctx, id, body, dst)
 	}
 	if term := m.n.promotedTerm.Load(); m.n.IsLeader() {
-		out, errc, msg := m.local.Call(ctx, id, body, dst)
+		lctx, trace := ctx, (*writeTrace)(nil)
+		if !mooncakeapi.Repeatable(id) {
+			lctx, trace = withWriteTrace(ctx)
+		}
+		out, errc, msg := m.local.Call(lctx, id, body, dst)
+		if trace != nil && trace.noEffect() {
+			// This node handed leadership over while the call waited,
+			// and Raft refused its write unlogged: the new leader takes it.
+			return m.forward(ctx, id, body, dst)
+		}
 		if m.n.promotedTerm.Load() == term && m.n.IsLeader() || !mooncakeapi.Repeatable(id) {
 			return out, errc, msg
 		}

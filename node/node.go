@@ -45,6 +45,7 @@ type Node struct {
 	batcher    *lease.Batcher
 	leadership *leadership
 	gate       *gate
+	handover   handover
 	tickMu     sync.Mutex
 	lastDrain  time.Time // the last DrainSegments; under tickMu
 	// promotedTerm is the term in which this node, as leader, applied its
@@ -416,6 +417,8 @@ func (n *Node) Close() error {
 // TransferLeadership hands leadership to id (any voter if empty) and waits
 // for it; used on SIGTERM so a stopping leader does not cost an election.
 func (n *Node) TransferLeadership(ctx context.Context, id string) error {
+	end := n.handover.begin()
+	defer end()
 	if !n.IsLeader() {
 		return n.notLeader()
 	}
@@ -508,8 +511,9 @@ func (n *Node) raftErr(err error, applied bool) error {
 		return n.notLeader()
 	// ErrRaftShutdown also ends an entry already committed but not yet
 	// applied here: for a proposed write it says nothing about the outcome.
-	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress) && applied,
-		errors.Is(err, raft.ErrRaftShutdown) && applied:
+	// ErrLeadershipTransferInProgress is not among them: raft answers it
+	// to a proposal before logging it (raft.go, leaderLoop's applyCh).
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown) && applied:
 		return errcode.New(errcode.OutcomeUnknown, "leadership was lost before the write committed; it may or may not have been applied")
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return errcode.New(errcode.UnavailableInCurrentStatus, "node is shutting down")

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -136,20 +137,45 @@ func (n *Node) gateKeys(cmds []fsm.Command) func() {
 }
 
 // apply proposes cmd through Raft and waits for it to be applied here.
+// Raft refuses a proposal, unlogged, while this node hands leadership
+// over: apply waits for the handover's outcome and proposes again if this
+// node still leads, or answers as a follower if it does not. After a
+// failed transfer Raft refuses for a moment longer (until its transfer
+// goroutine ends), so apply keeps trying for two election timeouts (the
+// transfer's own bound, and as much again) from the first refusal.
 func (n *Node) apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
-	timeout := 10 * time.Second
-	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
-		if timeout <= 0 {
-			return fsm.Result{}, errcode.New(errcode.UnavailableInCurrentStatus, "deadline passed before the write was sent")
+	data := fsm.Encode(cmd)
+	var until time.Time
+	for {
+		timeout := 10 * time.Second
+		if d, ok := ctx.Deadline(); ok {
+			timeout = time.Until(d)
+			if timeout <= 0 {
+				return fsm.Result{}, errcode.New(errcode.UnavailableInCurrentStatus, "deadline passed before the write was sent")
+			}
 		}
+		f := n.raft.Apply(data, timeout)
+		err := n.wait(f)
+		if errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+			if until.IsZero() {
+				until = time.Now().Add(2 * n.cfg.ElectionTimeout)
+			}
+			if n.handover.wait(ctx) == nil {
+				switch {
+				case !n.IsLeader():
+					err = raft.ErrNotLeader
+				case time.Now().Before(until):
+					continue
+				}
+			}
+		}
+		traceApply(ctx, err)
+		if err != nil {
+			return fsm.Result{}, n.raftErr(err, true)
+		}
+		r, _ := f.Response().(fsm.Result)
+		return r, nil
 	}
-	f := n.raft.Apply(fsm.Encode(cmd), timeout)
-	if err := n.wait(f); err != nil {
-		return fsm.Result{}, n.raftErr(err, true)
-	}
-	r, _ := f.Response().(fsm.Result)
-	return r, nil
 }
 
 // wait returns f's error. hashicorp/raft never answers a future that it

@@ -111,3 +111,69 @@ func TestFailoverLosesNothing(t *testing.T) {
 		require.Equal(t, sts[0].Digest, st.Digest, "%s and %s differ at applied index %d", sts[0].Id, st.Id, st.AppliedIndex)
 	}
 }
+
+// TestHandoversRefuseNoWrite: a client writes one object after another
+// while leadership is handed over three times (what SIGTERM on a leader
+// and `moonctl leader transfer` do). Raft refuses proposals during a
+// transfer; the leader waits for the transfer's outcome and answers as a
+// follower, so the client follows it to the new leader instead of getting
+// an error. Only a write in flight as the leader stepped down may end
+// OUTCOME_UNKNOWN: at most one a handover.
+func TestHandoversRefuseNoWrite(t *testing.T) {
+	dir := t.TempDir()
+	bin, _ := Binaries(t, dir)
+	c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms")
+	cl := c.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c.Leader(ctx, cl)
+	require.NoError(t, cl.MountSegment(ctx, "w", fsm.SegmentSpec{ID: "s", Name: "host", Base: 1 << 40, Size: 1 << 34}))
+
+	const handovers = 3
+	stop := make(chan struct{})
+	type outcome struct {
+		acked  []string
+		failed []error
+	}
+	done := make(chan outcome)
+	go func() {
+		var o outcome
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- o
+				return
+			default:
+			}
+			key := fmt.Sprintf("obj/%05d", i)
+			wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := cl.PutStart(wctx, key, []uint64{4096}, transport.ReplicateConfig{ReplicaNum: 1}, "w")
+			if err == nil {
+				err = cl.PutEnd(wctx, key, "w")
+			}
+			wcancel()
+			if err != nil {
+				o.failed = append(o.failed, fmt.Errorf("%s: %w", key, err))
+			} else {
+				o.acked = append(o.acked, key)
+			}
+		}
+	}()
+	for range handovers {
+		time.Sleep(500 * time.Millisecond)
+		require.NoError(t, cl.TransferLeadership(ctx, ""))
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	o := <-done
+	t.Logf("%d puts acknowledged, %d failed across %d handovers", len(o.acked), len(o.failed), handovers)
+	require.NotEmpty(t, o.acked)
+	for _, err := range o.failed {
+		require.Equal(t, errcode.OutcomeUnknown, errcode.Of(err), "only a write in flight at a step-down may fail: %v", err)
+	}
+	require.LessOrEqual(t, len(o.failed), handovers, "writes failed across the handovers: %v", o.failed)
+	for _, key := range o.acked {
+		_, _, err := cl.GetReplicaList(ctx, key)
+		require.NoError(t, err, "acknowledged %s lost", key)
+	}
+}
