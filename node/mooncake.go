@@ -43,8 +43,9 @@ func (m *mooncakeFront) Call(ctx context.Context, id uint32, body, dst []byte) (
 		return m.local.Call(ctx, id, body, dst)
 	}
 	if term := m.n.promotedTerm.Load(); m.n.IsLeader() {
+		repeatable := mooncakeapi.Repeatable(id)
 		lctx, trace := ctx, (*writeTrace)(nil)
-		if !mooncakeapi.Repeatable(id) {
+		if !repeatable {
 			lctx, trace = withWriteTrace(ctx)
 		}
 		out, errc, msg := m.local.Call(lctx, id, body, dst)
@@ -53,7 +54,7 @@ func (m *mooncakeFront) Call(ctx context.Context, id uint32, body, dst []byte) (
 			// and Raft refused its write unlogged: the new leader takes it.
 			return m.forward(ctx, id, body, dst)
 		}
-		if m.n.promotedTerm.Load() == term && m.n.IsLeader() || !mooncakeapi.Repeatable(id) {
+		if m.n.promotedTerm.Load() == term && m.n.IsLeader() || !repeatable {
 			return out, errc, msg
 		}
 		// Leadership moved while the call ran (a paused or cut-off leader

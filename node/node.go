@@ -417,8 +417,6 @@ func (n *Node) Close() error {
 // TransferLeadership hands leadership to id (any voter if empty) and waits
 // for it; used on SIGTERM so a stopping leader does not cost an election.
 func (n *Node) TransferLeadership(ctx context.Context, id string) error {
-	end := n.handover.begin()
-	defer end()
 	if !n.IsLeader() {
 		return n.notLeader()
 	}
@@ -436,6 +434,8 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 	// The target's election (TimeoutNow) makes followers vote although
 	// they know this leader: the lease ends before it can ask.
 	resume := n.leadership.suspend()
+	end := n.handover.begin()
+	defer end()
 	var f raft.Future
 	if id == "" {
 		f = n.raft.LeadershipTransfer()

@@ -54,10 +54,7 @@ func TestFailoverLosesNothing(t *testing.T) {
 		for i := 0; i < total; i++ {
 			key := fmt.Sprintf("obj/%04d", i)
 			wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
-			_, err := cl.PutStart(wctx, key, []uint64{4096}, transport.ReplicateConfig{ReplicaNum: 2}, "e2e")
-			if err == nil {
-				err = cl.PutEnd(wctx, key, "e2e")
-			}
+			err := putPair(wctx, cl, key, "e2e", 2)
 			wcancel()
 			mu.Lock()
 			switch {
@@ -147,10 +144,7 @@ func TestHandoversRefuseNoWrite(t *testing.T) {
 			}
 			key := fmt.Sprintf("obj/%05d", i)
 			wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := cl.PutStart(wctx, key, []uint64{4096}, transport.ReplicateConfig{ReplicaNum: 1}, "w")
-			if err == nil {
-				err = cl.PutEnd(wctx, key, "w")
-			}
+			err := putPair(wctx, cl, key, "w", 1)
 			wcancel()
 			if err != nil {
 				o.failed = append(o.failed, fmt.Errorf("%s: %w", key, err))
@@ -176,4 +170,12 @@ func TestHandoversRefuseNoWrite(t *testing.T) {
 		_, _, err := cl.GetReplicaList(ctx, key)
 		require.NoError(t, err, "acknowledged %s lost", key)
 	}
+}
+
+// putPair writes key (4 KiB in one slice) for client: PutStart, then PutEnd.
+func putPair(ctx context.Context, cl *transport.Client, key, client string, replicas uint32) error {
+	if _, err := cl.PutStart(ctx, key, []uint64{4096}, transport.ReplicateConfig{ReplicaNum: replicas}, client); err != nil {
+		return err
+	}
+	return cl.PutEnd(ctx, key, client)
 }
