@@ -14,11 +14,9 @@ import (
 	"github.com/moonraft/moonraft/transport"
 )
 
-// benchCluster starts three real nodes with the tuned timeouts of `make run`.
+// benchCluster starts three real nodes at the default flags.
 func benchCluster(b *testing.B) (*Cluster, *transport.Client) {
-	dir := b.TempDir()
-	bin, _ := Binaries(b, dir)
-	c := StartCluster(b, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms")
+	c := StartCluster(b, b.TempDir(), 3)
 	cl, err := transport.Dial(transport.ClientConfig{Endpoints: c.Endpoints(), MaxBackoff: 50 * time.Millisecond})
 	if err != nil {
 		b.Fatal(err)

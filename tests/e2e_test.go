@@ -23,12 +23,9 @@ func TestFailoverLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level test; run without -short")
 	}
-	dir := t.TempDir()
-	bin, _ := Binaries(t, dir)
 	// No periodic tick (time-driven state is not under test here) and long
 	// TTLs, so nodes go quiet and their applied indexes can be compared.
-	c := StartCluster(t, bin, dir, 3, "--tick", "1h", "--client-ttl", "1h",
-		"--heartbeat-timeout", "300ms", "--election-timeout", "300ms")
+	c := StartCluster(t, t.TempDir(), 3, "--tick", "1h", "--client-ttl", "1h")
 	cl, err := transport.Dial(transport.ClientConfig{Endpoints: c.Endpoints(), MaxBackoff: 200 * time.Millisecond})
 	require.NoError(t, err)
 	defer cl.Close()
@@ -117,9 +114,7 @@ func TestFailoverLosesNothing(t *testing.T) {
 // an error. Only a write in flight as the leader stepped down may end
 // OUTCOME_UNKNOWN: at most one a handover.
 func TestHandoversRefuseNoWrite(t *testing.T) {
-	dir := t.TempDir()
-	bin, _ := Binaries(t, dir)
-	c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms")
+	c := StartCluster(t, t.TempDir(), 3)
 	cl := c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -3,12 +3,16 @@
 package tests
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,19 +23,46 @@ import (
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
-// Binaries builds bin/moonraft and bin/moonctl into dir.
-func Binaries(t testing.TB, dir string) (moonraft, moonctl string) {
+// built holds bin/moonraft and bin/moonctl, built once for the whole run:
+// linking the node takes seconds, and every test starts a cluster.
+var built struct {
+	once              sync.Once
+	dir               string // removed by TestMain
+	moonraft, moonctl string
+	err               error
+}
+
+// Binaries builds bin/moonraft and bin/moonctl the first time a test asks
+// for them.
+func Binaries(t testing.TB) (moonraft, moonctl string) {
 	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Dir(filepath.Dir(self))
-	for _, b := range []struct{ out, pkg string }{{"moonraft", "./cmd/node"}, {"moonctl", "./cmd/moonctl"}} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", b.pkg, err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "moonraft-tests-"); built.err != nil {
+			return
 		}
+		_, self, _, _ := runtime.Caller(0)
+		root := filepath.Dir(filepath.Dir(self))
+		for _, b := range []struct{ out, pkg string }{{"moonraft", "./cmd/node"}, {"moonctl", "./cmd/moonctl"}} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(built.dir, b.out), b.pkg)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				built.err = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
+		}
+		built.moonraft, built.moonctl = filepath.Join(built.dir, "moonraft"), filepath.Join(built.dir, "moonctl")
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return filepath.Join(dir, "moonraft"), filepath.Join(dir, "moonctl")
+	return built.moonraft, built.moonctl
+}
+
+// removeBinaries removes what Binaries built.
+func removeBinaries() {
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
 }
 
 // Proc is one moonraft process.
@@ -44,6 +75,7 @@ type Proc struct {
 // Cluster is n moonraft processes bootstrapped together.
 type Cluster struct {
 	t     testing.TB
+	ctl   string // bin/moonctl
 	Procs []*Proc
 }
 
@@ -55,9 +87,11 @@ func freePort(t testing.TB) string {
 	return a
 }
 
-// StartCluster starts n nodes with extra flags, logs under dir.
-func StartCluster(t testing.TB, bin, dir string, n int, extra ...string) *Cluster {
-	c := &Cluster{t: t}
+// StartCluster starts n nodes at the default flags and extra, their data
+// and logs under dir.
+func StartCluster(t testing.TB, dir string, n int, extra ...string) *Cluster {
+	bin, ctl := Binaries(t)
+	c := &Cluster{t: t, ctl: ctl}
 	var peers []string
 	for i := 0; i < n; i++ {
 		p := &Proc{ID: fmt.Sprintf("n%d", i), GRPCAddr: freePort(t), RaftAddr: freePort(t), MooncakeAddr: freePort(t),
@@ -108,6 +142,20 @@ func (c *Cluster) Client() *transport.Client {
 	}
 	c.t.Cleanup(func() { cl.Close() })
 	return cl
+}
+
+// Moonctl runs moonctl against every node's gRPC address (a later
+// --endpoints wins) and returns its stdout, its stderr and its exit code.
+func (c *Cluster) Moonctl(args ...string) (stdout, stderr string, code int) {
+	cmd := exec.Command(c.ctl, append([]string{"--endpoints", strings.Join(c.Endpoints(), ",")}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		c.t.Fatalf("moonctl %v: %v", args, err)
+	}
+	return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
 }
 
 // Endpoints lists every node's gRPC address.

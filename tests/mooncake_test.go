@@ -58,8 +58,7 @@ func tail(b []byte) string {
 func TestMooncakeClients(t *testing.T) {
 	smoke, bench := mooncakeBin(t, "store_c_smoke"), mooncakeBin(t, "master_bench")
 	dir := t.TempDir()
-	bin, _ := Binaries(t, dir)
-	c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms")
+	c := StartCluster(t, dir, 3)
 	cl := c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -93,14 +92,11 @@ func TestMooncakeClients(t *testing.T) {
 func TestMooncakeHAClientFollowsFailover(t *testing.T) {
 	smoke := mooncakeBin(t, filepath.Join("..", "ha", "bin", "store_c_smoke"))
 	etcd := startEtcd(t)
-	dir := t.TempDir()
-	bin, _ := Binaries(t, dir)
-	c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms", "--etcd-endpoints", etcd,
-		"--client-ttl", "2s")
+	c := StartCluster(t, t.TempDir(), 3, "--etcd-endpoints", etcd, "--client-ttl", "2s")
 	cl := c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	viaEtcd := "etcd://" + strings.TrimPrefix(strings.Split(etcd, ",")[0], "http://")
+	viaEtcd := haMaster(etcd)
 
 	leader := c.Leader(ctx, cl)
 	waitView(t, etcd, leader.MooncakeAddr)
@@ -149,6 +145,12 @@ func haSmoke(t *testing.T, bin, master string) {
 	assert.Contains(t, got, "remove rc=0")
 }
 
+// haMaster is the master address that makes a Mooncake HA client look the
+// leader up in etcd: etcd://HOST:PORT, of the first of endpoints.
+func haMaster(endpoints string) string {
+	return "etcd://" + strings.TrimPrefix(strings.Split(endpoints, ",")[0], "http://")
+}
+
 // waitView waits until etcd's master_view (Mooncake's key and format)
 // names addr.
 func waitView(t *testing.T, endpoints, addr string) {
@@ -185,13 +187,12 @@ func TestMooncakeClientSurvivesLeaderKill(t *testing.T) {
 			dir := t.TempDir()
 			loop := buildLoop(t, filepath.Join(mcDir, tc.build), filepath.Join(dir, "mooncakeloop"))
 			etcd := startEtcd(t)
-			bin, _ := Binaries(t, dir)
-			c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms", "--etcd-endpoints", etcd)
+			c := StartCluster(t, dir, 3, "--etcd-endpoints", etcd)
 			cl := c.Client()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			leader := c.Leader(ctx, cl)
-			master := "etcd://" + strings.TrimPrefix(strings.Split(etcd, ",")[0], "http://")
+			master := haMaster(etcd)
 			if tc.viaEtcd {
 				waitView(t, etcd, leader.MooncakeAddr)
 			} else {
@@ -234,9 +235,7 @@ func TestMooncakeClientSurvivesLeaderKill(t *testing.T) {
 // is quiet it exits. Closing at once would leave a Mooncake client's next
 // call on a closed address, which its connection pool retries for ~4 s.
 func TestStoppingLeaderKeepsItsMooncakeClients(t *testing.T) {
-	dir := t.TempDir()
-	bin, _ := Binaries(t, dir)
-	c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms")
+	c := StartCluster(t, t.TempDir(), 3)
 	cl := c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

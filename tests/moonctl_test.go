@@ -1,9 +1,7 @@
 package tests
 
 import (
-	"bytes"
 	"encoding/json"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,22 +16,9 @@ import (
 // and the expected output on success, 1 and the error-code name on stderr
 // on failure, JSON with --json.
 func TestMoonctl(t *testing.T) {
-	dir := t.TempDir()
-	bin, ctl := Binaries(t, dir)
-	c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms")
-	eps := strings.Join(c.Endpoints(), ",")
+	c := StartCluster(t, t.TempDir(), 3)
 	moonctl := func(args ...string) (string, string, int) {
-		cmd := exec.Command(ctl, append([]string{"--endpoints", eps, "--timeout", "20s"}, args...)...)
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else {
-			require.NoError(t, err)
-		}
-		return out.String(), errOut.String(), code
+		return c.Moonctl(append([]string{"--timeout", "20s"}, args...)...)
 	}
 	require.Eventually(t, func() bool {
 		out, _, _ := moonctl("status")

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -72,11 +71,8 @@ func objectSetOf(t *testing.T, path string) string {
 // at the same seq.
 func TestDisasterRecovery(t *testing.T) {
 	dir := t.TempDir()
-	bin, ctl := Binaries(t, dir)
 	etcd := startEtcd(t)
-	flags := []string{"--tick", "1h", "--client-ttl", "1h", "--heartbeat-timeout", "300ms", "--election-timeout", "300ms",
-		"--etcd-endpoints", etcd}
-	c := StartCluster(t, bin, dir, 3, flags...)
+	c := StartCluster(t, dir, 3, "--tick", "1h", "--client-ttl", "1h", "--etcd-endpoints", etcd)
 	cl := c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -85,10 +81,9 @@ func TestDisasterRecovery(t *testing.T) {
 	putMany(t, ctx, cl, "a/", 100_000)
 	snap := filepath.Join(dir, "backup.snap")
 	moonctl := func(args ...string) string {
-		cmd := exec.Command(ctl, append([]string{"--endpoints", strings.Join(c.Endpoints(), ",")}, args...)...)
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "moonctl %v: %s", args, out)
-		return string(out)
+		out, errOut, code := c.Moonctl(args...)
+		require.Equal(t, 0, code, "moonctl %v: %s%s", args, out, errOut)
+		return out + errOut
 	}
 	out := moonctl("snapshot", "save", snap)
 	assert.Contains(t, out, "objects         100000")
@@ -125,10 +120,10 @@ func TestDisasterRecovery(t *testing.T) {
 			continue
 		}
 		// The JSON report (stdout only: the replay's progress is on stderr).
-		out, err := exec.Command(ctl, append(args, "--json")...).Output()
-		require.NoError(t, err)
+		out, errOut, code := c.Moonctl(append(args, "--json")...)
+		require.Equal(t, 0, code, errOut)
 		var rep map[string]any
-		require.NoError(t, json.Unmarshal(out, &rep), "%s", out)
+		require.NoError(t, json.Unmarshal([]byte(out), &rep), "%s", out)
 		for _, k := range []string{"data_dir", "id", "snapshot_seq", "applied_seq", "replayed", "replay_ms", "gap", "skipped",
 			"stale_dropped", "digest", "object_set_digest", "raft_index", "raft_term"} {
 			assert.Contains(t, rep, k)
@@ -158,9 +153,7 @@ func TestDisasterRecovery(t *testing.T) {
 // TestLiveRestore: a live cluster restored from an older snapshot holds the
 // snapshot's objects on every node.
 func TestLiveRestore(t *testing.T) {
-	dir := t.TempDir()
-	bin, ctl := Binaries(t, dir)
-	c := StartCluster(t, bin, dir, 3, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms")
+	c := StartCluster(t, t.TempDir(), 3)
 	cl := c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -169,17 +162,16 @@ func TestLiveRestore(t *testing.T) {
 	defer k.Stop()
 	require.NoError(t, cl.MountSegment(ctx, "dr", fsm.SegmentSpec{ID: "s0", Name: "host0", Size: 1 << 40}))
 	putMany(t, ctx, cl, "old/", 1_000)
-	snap := filepath.Join(dir, "old.snap")
-	eps := strings.Join(c.Endpoints(), ",")
-	out, err := exec.Command(ctl, "--endpoints", eps, "snapshot", "save", snap).CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	snap := filepath.Join(t.TempDir(), "old.snap")
+	out, errOut, code := c.Moonctl("snapshot", "save", snap)
+	require.Equal(t, 0, code, "%s%s", out, errOut)
 	putMany(t, ctx, cl, "new/", 500)
-	_, err = cl.RemoveAll(ctx, true)
+	_, err := cl.RemoveAll(ctx, true)
 	require.NoError(t, err)
 
-	out, err = exec.Command(ctl, "--endpoints", eps, "snapshot", "restore", snap, "--json").Output()
-	require.NoError(t, err, "%s", out)
-	assert.JSONEq(t, `{"result": "restored"}`, string(out))
+	out, errOut, code = c.Moonctl("snapshot", "restore", snap, "--json")
+	require.Equal(t, 0, code, errOut)
+	assert.JSONEq(t, `{"result": "restored"}`, out)
 	want := objectSetOf(t, snap)
 	sts := c.Converged(ctx, cl)
 	for _, st := range sts {
@@ -198,18 +190,16 @@ func TestLiveRestore(t *testing.T) {
 // the error's name, and nothing changes.
 func TestSnapshotBadInput(t *testing.T) {
 	dir := t.TempDir()
-	bin, ctl := Binaries(t, dir)
-	c := StartCluster(t, bin, dir, 1, "--heartbeat-timeout", "300ms", "--election-timeout", "300ms")
+	c := StartCluster(t, dir, 1)
 	cl := c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c.Leader(ctx, cl)
 	require.NoError(t, cl.MountSegment(ctx, "dr", fsm.SegmentSpec{ID: "s0", Name: "host0", Size: 1 << 30}))
 	putMany(t, ctx, cl, "k/", 100)
-	eps := strings.Join(c.Endpoints(), ",")
 	good := filepath.Join(dir, "good.snap")
-	out, err := exec.Command(ctl, "--endpoints", eps, "snapshot", "save", good).CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	out, errOut, code := c.Moonctl("snapshot", "save", good)
+	require.Equal(t, 0, code, "%s%s", out, errOut)
 	valid, err := os.ReadFile(good)
 	require.NoError(t, err)
 	variant := func(name string, mod func([]byte) []byte) string {
@@ -243,11 +233,9 @@ func TestSnapshotBadInput(t *testing.T) {
 		{"offline restore of another cluster", offline("--cluster-id", "other", good), "INVALID_PARAMS"},
 	}
 	for _, tc := range cases {
-		out, err := exec.Command(ctl, append([]string{"--endpoints", eps}, tc.args...)...).CombinedOutput()
-		var ee *exec.ExitError
-		require.ErrorAs(t, err, &ee, "%s: must fail: %s", tc.name, out)
-		assert.Equal(t, 1, ee.ExitCode(), tc.name)
-		assert.Contains(t, string(out), tc.want, tc.name)
+		out, errOut, code := c.Moonctl(tc.args...)
+		assert.Equal(t, 1, code, "%s: must fail: %s", tc.name, out)
+		assert.Contains(t, errOut, tc.want, tc.name)
 	}
 	_, err = os.Stat(seeded)
 	assert.True(t, os.IsNotExist(err), "a refused offline restore creates nothing")
@@ -256,12 +244,12 @@ func TestSnapshotBadInput(t *testing.T) {
 	assert.Equal(t, st.ObjectSetDigest, after.ObjectSetDigest, "a refused live restore changes nothing")
 
 	// A data dir holding Raft state is refused unless forced.
-	out, err = exec.Command(ctl, offline("--cluster-id", "mooncake_cluster", good)...).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	out, err = exec.Command(ctl, offline("--cluster-id", "mooncake_cluster", good)...).CombinedOutput()
-	require.Error(t, err)
-	assert.Contains(t, string(out), "already holds Raft state")
-	out, err = exec.Command(ctl, offline("--cluster-id", "mooncake_cluster", "--force", good)...).CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	out, errOut, code = c.Moonctl(offline("--cluster-id", "mooncake_cluster", good)...)
+	require.Equal(t, 0, code, "%s%s", out, errOut)
+	_, errOut, code = c.Moonctl(offline("--cluster-id", "mooncake_cluster", good)...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "already holds Raft state")
+	out, errOut, code = c.Moonctl(offline("--cluster-id", "mooncake_cluster", "--force", good)...)
+	require.Equal(t, 0, code, "%s%s", out, errOut)
 	c.Kill(c.Procs[0], syscall.SIGTERM)
 }
