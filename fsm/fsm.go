@@ -260,7 +260,7 @@ func (f *FSM) advance(nowMs int64) {
 func (f *FSM) exportFull() error {
 	if f.params.ExportRingCap > 0 && uint64(len(f.ring)) >= f.params.ExportRingCap {
 		return errcode.New(errcode.EtcdOperationError,
-			"%d OpLog entries are waiting for etcd (the bound is %d): writes are refused until etcd is reachable again",
+			"%d OpLog entries are waiting for etcd (the bound is %d): etcd is unreachable or takes them slower than they come; writes are refused until the export catches up (moonraft_export_ring_entries)",
 			len(f.ring), f.params.ExportRingCap)
 	}
 	return nil

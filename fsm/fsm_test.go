@@ -429,7 +429,10 @@ func TestExportRing(t *testing.T) {
 	for _, k := range []string{"a", "b", "c"} {
 		x.put(k, "c1", 10)
 	}
-	x.code(errcode.EtcdOperationError, &PutStart{NowMs: x.now, Key: "d", SliceLengths: []uint64{1}, ReplicaNum: 1, ClientID: "c1"})
+	r := x.apply(&PutStart{NowMs: x.now, Key: "d", SliceLengths: []uint64{1}, ReplicaNum: 1, ClientID: "c1"})
+	require.Equal(t, errcode.EtcdOperationError, r.Code())
+	// Not only an outage fills the ring: writes faster than etcd takes them do too.
+	assert.Contains(t, r.Err.Error(), "etcd is unreachable or takes them slower than they come")
 	x.code(errcode.EtcdOperationError, &Remove{NowMs: x.now, Key: "a", Force: true})
 	x.code(errcode.EtcdOperationError, &UnmountSegment{NowMs: x.now, ClientID: "c1", SegmentID: "s1"})
 	x.code(errcode.EtcdOperationError, &RemoveAll{NowMs: x.now})
