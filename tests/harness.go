@@ -32,9 +32,9 @@ var built struct {
 	err               error
 }
 
-// Binaries builds bin/moonraft and bin/moonctl the first time a test asks
+// binaries builds bin/moonraft and bin/moonctl the first time a test asks
 // for them.
-func Binaries(t testing.TB) (moonraft, moonctl string) {
+func binaries(t testing.TB) (moonraft, moonctl string) {
 	t.Helper()
 	built.once.Do(func() {
 		if built.dir, built.err = os.MkdirTemp("", "moonraft-tests-"); built.err != nil {
@@ -58,7 +58,7 @@ func Binaries(t testing.TB) (moonraft, moonctl string) {
 	return built.moonraft, built.moonctl
 }
 
-// removeBinaries removes what Binaries built.
+// removeBinaries removes what binaries built.
 func removeBinaries() {
 	if built.dir != "" {
 		os.RemoveAll(built.dir)
@@ -90,7 +90,7 @@ func freePort(t testing.TB) string {
 // StartCluster starts n nodes at the default flags and extra, their data
 // and logs under dir.
 func StartCluster(t testing.TB, dir string, n int, extra ...string) *Cluster {
-	bin, ctl := Binaries(t)
+	bin, ctl := binaries(t)
 	c := &Cluster{t: t, ctl: ctl}
 	var peers []string
 	for i := 0; i < n; i++ {
