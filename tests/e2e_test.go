@@ -115,10 +115,7 @@ func TestFailoverLosesNothing(t *testing.T) {
 // OUTCOME_UNKNOWN: at most one a handover.
 func TestHandoversRefuseNoWrite(t *testing.T) {
 	c := StartCluster(t, t.TempDir(), 3)
-	cl := c.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c.Leader(ctx, cl)
+	ctx, cl, _ := c.Serving(2 * time.Minute)
 	require.NoError(t, cl.MountSegment(ctx, "w", fsm.SegmentSpec{ID: "s", Name: "host", Base: 1 << 40, Size: 1 << 34}))
 
 	const handovers = 3

@@ -144,6 +144,15 @@ func (c *Cluster) Client() *transport.Client {
 	return cl
 }
 
+// Serving waits for a promoted leader and returns a context that ends
+// after timeout (or with the test), a client of every node, and the leader.
+func (c *Cluster) Serving(timeout time.Duration) (context.Context, *transport.Client, *Proc) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	c.t.Cleanup(cancel)
+	cl := c.Client()
+	return ctx, cl, c.Leader(ctx, cl)
+}
+
 // Moonctl runs moonctl against every node's gRPC address (a later
 // --endpoints wins) and returns its stdout, its stderr and its exit code.
 func (c *Cluster) Moonctl(args ...string) (stdout, stderr string, code int) {

@@ -59,10 +59,7 @@ func TestMooncakeClients(t *testing.T) {
 	smoke, bench := mooncakeBin(t, "store_c_smoke"), mooncakeBin(t, "master_bench")
 	dir := t.TempDir()
 	c := StartCluster(t, dir, 3)
-	cl := c.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	leader := c.Leader(ctx, cl)
+	_, _, leader := c.Serving(30 * time.Second)
 
 	for _, p := range c.Procs { // the leader answers; a follower forwards to it
 		out := runMooncake(t, time.Minute, smoke, p.MooncakeAddr)
@@ -93,12 +90,9 @@ func TestMooncakeHAClientFollowsFailover(t *testing.T) {
 	smoke := mooncakeBin(t, filepath.Join("..", "ha", "bin", "store_c_smoke"))
 	etcd := startEtcd(t)
 	c := StartCluster(t, t.TempDir(), 3, "--etcd-endpoints", etcd, "--client-ttl", "2s")
-	cl := c.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx, cl, leader := c.Serving(2 * time.Minute)
 	viaEtcd := haMaster(etcd)
 
-	leader := c.Leader(ctx, cl)
 	waitView(t, etcd, leader.MooncakeAddr)
 	start := time.Now()
 	haSmoke(t, smoke, viaEtcd)
@@ -188,10 +182,7 @@ func TestMooncakeClientSurvivesLeaderKill(t *testing.T) {
 			loop := buildLoop(t, filepath.Join(mcDir, tc.build), filepath.Join(dir, "mooncakeloop"))
 			etcd := startEtcd(t)
 			c := StartCluster(t, dir, 3, "--etcd-endpoints", etcd)
-			cl := c.Client()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			leader := c.Leader(ctx, cl)
+			ctx, cl, leader := c.Serving(2 * time.Minute)
 			master := haMaster(etcd)
 			if tc.viaEtcd {
 				waitView(t, etcd, leader.MooncakeAddr)
@@ -236,10 +227,7 @@ func TestMooncakeClientSurvivesLeaderKill(t *testing.T) {
 // call on a closed address, which its connection pool retries for ~4 s.
 func TestStoppingLeaderKeepsItsMooncakeClients(t *testing.T) {
 	c := StartCluster(t, t.TempDir(), 3)
-	cl := c.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	old := c.Leader(ctx, cl)
+	ctx, cl, old := c.Serving(time.Minute)
 	mc, err := cororpc.Dial(ctx, old.MooncakeAddr, 0)
 	require.NoError(t, err)
 	defer mc.Close()
