@@ -154,3 +154,16 @@ func Of(err error) Code {
 	}
 	return InternalError
 }
+
+// Retryable reports whether a request answered with c was certainly not
+// applied and may succeed if sent again later or elsewhere: NOT_LEADER
+// (retry at the leader), UNAVAILABLE_IN_CURRENT_STATUS (no promoted
+// leader yet, shutting down, queue full) and TOO_MANY_REQUESTS (the
+// client's in-flight cap on that node; retry there after a backoff).
+// ETCD_OPERATION_ERROR is not: it means the leader fails writes closed
+// until etcd is back, which takes far longer than a client's retry budget,
+// so the caller decides. OUTCOME_UNKNOWN is not: the write may have been
+// applied.
+func (c Code) Retryable() bool {
+	return c == NotLeader || c == UnavailableInCurrentStatus || c == TooManyRequests
+}

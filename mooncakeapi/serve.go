@@ -9,8 +9,8 @@ import (
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/oplog"
+	"github.com/moonraft/moonraft/service"
 	"github.com/moonraft/moonraft/structpack"
-	"github.com/moonraft/moonraft/transport"
 )
 
 // StoreVersion is what ServiceReady answers. A Mooncake client compares it
@@ -25,7 +25,7 @@ const DefaultTenant = "default"
 // one moonraft's gRPC API uses: each call maps onto the FSM command of its
 // gRPC twin.
 type Handler struct {
-	b       transport.Backend
+	b       service.Data
 	log     cororpc.Logger
 	leaseMs uint64
 	table   map[uint32]method
@@ -35,7 +35,7 @@ type method func(ctx context.Context, body, dst []byte) ([]byte, cororpc.Errc, s
 
 // NewHandler returns a handler for b; leaseTTLMs is what GetReplicaList
 // reports as lease_ttl_ms.
-func NewHandler(b transport.Backend, log cororpc.Logger, leaseTTLMs uint64) *Handler {
+func NewHandler(b service.Data, log cororpc.Logger, leaseTTLMs uint64) *Handler {
 	h := &Handler{b: b, log: log, leaseMs: leaseTTLMs, table: map[uint32]method{}}
 	h.register()
 	return h
@@ -76,7 +76,7 @@ func (h *Handler) CallInline(ctx context.Context, id uint32, body, dst []byte) (
 	if !keyReads[id] {
 		return dst, 0, "", false
 	}
-	nctx := transport.NoWait(ctx)
+	nctx := service.NoWait(ctx)
 	out, errc, msg := h.Call(nctx, id, body, dst)
 	if nctx.Waited() {
 		return dst, 0, "", false

@@ -11,13 +11,15 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/service"
 	"github.com/moonraft/moonraft/snapshots"
-	"github.com/moonraft/moonraft/transport"
-	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
 // Node serves the gRPC API.
-var _ transport.Backend = (*Node)(nil)
+var (
+	_ service.Data  = (*Node)(nil)
+	_ service.Admin = (*Node)(nil)
+)
 
 // Now is the leader's command clock in Unix milliseconds.
 func (n *Node) Now() int64 { return n.now() }
@@ -40,7 +42,7 @@ func (n *Node) SegmentStatus(ctx context.Context, ref string, byName bool) ([]fs
 		rerr error
 	)
 	err := n.linearizable(ctx, func() error {
-		n.sm.read(func(f *fsm.FSM) { out, rerr = transport.SegmentStatusOf(f, ref, byName) })
+		n.sm.read(func(f *fsm.FSM) { out, rerr = service.SegmentStatusOf(f, ref, byName) })
 		return nil
 	})
 	if err != nil {
@@ -73,7 +75,7 @@ func (n *Node) GetReplicaListByRegex(ctx context.Context, regex string) ([]fsm.K
 // Members lists the Raft configuration with every member's client address
 // the replicated state holds (each member has the leader record its own:
 // announceLoop), this node's and the promoted leader's also before that.
-func (n *Node) Members(ctx context.Context) ([]*moonraftpb.Member, error) {
+func (n *Node) Members(ctx context.Context) ([]service.Member, error) {
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return nil, n.raftErr(err, false)
@@ -84,15 +86,15 @@ func (n *Node) Members(ctx context.Context) ([]*moonraftpb.Member, error) {
 		addrs map[string]string
 	)
 	n.sm.read(func(f *fsm.FSM) { st, addrs = f.Stats(), f.MemberAddrs() })
-	var out []*moonraftpb.Member
+	var out []service.Member
 	for _, s := range cf.Configuration().Servers {
-		m := &moonraftpb.Member{Id: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String(), Leader: s.ID == leader,
-			GrpcAddr: addrs[string(s.ID)]}
+		m := service.Member{ID: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String(), Leader: s.ID == leader,
+			GRPCAddr: addrs[string(s.ID)]}
 		switch string(s.ID) {
 		case n.cfg.ID:
-			m.GrpcAddr = n.cfg.GRPCAddr
+			m.GRPCAddr = n.cfg.GRPCAddr
 		case st.LeaderID:
-			m.GrpcAddr = st.LeaderAddr
+			m.GRPCAddr = st.LeaderAddr
 		}
 		out = append(out, m)
 	}
@@ -103,7 +105,7 @@ func (n *Node) Members(ctx context.Context) ([]*moonraftpb.Member, error) {
 // raftAddr is left as it is, so a member may call it again to have its
 // client address recorded.
 func (n *Node) AddVoter(ctx context.Context, id, raftAddr, grpcAddr string) error {
-	if err := n.awaitLeader(ctx); err != nil {
+	if err := n.AwaitLeader(ctx); err != nil {
 		return err
 	}
 	if id == "" || raftAddr == "" {
@@ -122,7 +124,7 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, grpcAddr string) erro
 
 // RemoveServer removes a server from the cluster (leader only).
 func (n *Node) RemoveServer(ctx context.Context, id string) error {
-	if err := n.awaitLeader(ctx); err != nil {
+	if err := n.AwaitLeader(ctx); err != nil {
 		return err
 	}
 	if n.serverAddr(id) == "" {
@@ -153,7 +155,7 @@ func (n *Node) SnapshotSave(ctx context.Context, w io.Writer) error {
 // (raft.Restore). The file is spooled and verified first, so a bad one
 // changes nothing.
 func (n *Node) SnapshotRestore(ctx context.Context, r io.Reader) error {
-	if err := n.awaitLeader(ctx); err != nil {
+	if err := n.AwaitLeader(ctx); err != nil {
 		return err
 	}
 	tmp, err := os.CreateTemp(n.cfg.DataDir, "restore-*.snap")

@@ -2,43 +2,15 @@ package node
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/raftstore"
 	"github.com/moonraft/moonraft/transport"
 )
-
-// Peer is one member of the initial cluster.
-type Peer struct {
-	ID       string
-	RaftAddr string
-}
-
-// ParsePeers parses "id=host:port,id=host:port".
-func ParsePeers(s string) ([]Peer, error) {
-	var out []Peer
-	seen := map[string]bool{}
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		id, addr, ok := strings.Cut(part, "=")
-		if !ok || id == "" || addr == "" {
-			return nil, errcode.New(errcode.InvalidParams, "peer %q: want id=host:port", part)
-		}
-		if seen[id] {
-			return nil, errcode.New(errcode.InvalidParams, "peer id %q appears twice", id)
-		}
-		seen[id] = true
-		out = append(out, Peer{ID: id, RaftAddr: addr})
-	}
-	return out, nil
-}
 
 // Config is everything one node needs.
 type Config struct {
@@ -57,8 +29,8 @@ type Config struct {
 	Join          string // gRPC address of a member to join through when the data dir is empty
 	ClusterID     string
 
-	Bootstrap bool   // form a new cluster from Peers if DataDir holds no Raft state
-	Peers     []Peer // identical on every bootstrapping node
+	Bootstrap bool             // form a new cluster from Peers if DataDir holds no Raft state
+	Peers     []raftstore.Peer // identical on every bootstrapping node
 	// RaftDial overrides, per peer id, the address this node dials for
 	// Raft (NAT, a local proxy, the fault suite's per-link proxies); the
 	// configuration keeps the peers' advertised addresses.
@@ -119,7 +91,7 @@ type Config struct {
 	// RaftLogStore is the Raft log store of a new data dir ("": the
 	// default); an existing one keeps its own, and a different explicit
 	// choice is refused.
-	RaftLogStore LogStore
+	RaftLogStore raftstore.LogStore
 	// WALSegmentBytes sizes the raft-wal segments created from now on (0:
 	// raft-wal's default, 64 MiB).
 	WALSegmentBytes int

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/raftstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -103,21 +104,21 @@ func TestDamagedFilesAtRestart(t *testing.T) {
 	)
 	for _, tc := range []struct {
 		name    string
-		store   LogStore
+		store   raftstore.LogStore
 		file    string
 		damage  func(t *testing.T, path string)
 		refused bool
 	}{
-		{"wal entry bit flip", LogStoreWAL, wal, flipIn("b15"), true},
-		{"wal torn tail", LogStoreWAL, wal, cutAt("b29"), false},
-		{"wal metadata scrambled", LogStoreWAL, walMeta, scrambleData, true},
-		{"wal metadata cut short", LogStoreWAL, walMeta, cutHalf, true},
-		{"boltdb entry bit flip", LogStoreBoltDB, bolt, flipIn("b15"), true},
-		{"boltdb meta page scrambled", LogStoreBoltDB, bolt, scramble(0), true},
-		{"boltdb cut short", LogStoreBoltDB, bolt, cutHalf, true},
-		{"snapshot bit flip", LogStoreWAL, snap, scramble(0.5), true},
-		{"snapshot cut short", LogStoreWAL, snap, cutHalf, true},
-		{"snapshot meta scrambled", LogStoreWAL, meta, scramble(0.5), true},
+		{"wal entry bit flip", raftstore.LogStoreWAL, wal, flipIn("b15"), true},
+		{"wal torn tail", raftstore.LogStoreWAL, wal, cutAt("b29"), false},
+		{"wal metadata scrambled", raftstore.LogStoreWAL, walMeta, scrambleData, true},
+		{"wal metadata cut short", raftstore.LogStoreWAL, walMeta, cutHalf, true},
+		{"boltdb entry bit flip", raftstore.LogStoreBoltDB, bolt, flipIn("b15"), true},
+		{"boltdb meta page scrambled", raftstore.LogStoreBoltDB, bolt, scramble(0), true},
+		{"boltdb cut short", raftstore.LogStoreBoltDB, bolt, cutHalf, true},
+		{"snapshot bit flip", raftstore.LogStoreWAL, snap, scramble(0.5), true},
+		{"snapshot cut short", raftstore.LogStoreWAL, snap, cutHalf, true},
+		{"snapshot meta scrambled", raftstore.LogStoreWAL, meta, scramble(0.5), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, 3, time.Hour, func(cfg *Config) { cfg.RaftLogStore = tc.store })

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/raftstore"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -58,9 +59,8 @@ func fill(t *testing.T, dir string) string {
 // snapshotsIntact opens every snapshot in dataDir as a restart would.
 func snapshotsIntact(t *testing.T, dataDir string) int {
 	t.Helper()
-	files, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(dataDir, snapshotsDir), 2, hclog.NewNullLogger())
+	files, err := raftstore.OpenSnapshots(dataDir, 2, hclog.NewNullLogger())
 	require.NoError(t, err)
-	require.NoError(t, verifySnapshots(files, filepath.Join(dataDir, snapshotsDir, "snapshots")))
 	list, err := files.List()
 	require.NoError(t, err)
 	return len(list)
@@ -94,16 +94,16 @@ func (failingLog) StoreLogs([]*raft.Log) error { return syscall.ENOSPC }
 // up by itself and every digest agrees.
 func TestDiskFull(t *testing.T) {
 	for _, tc := range []struct {
-		store  LogStore
+		store  raftstore.LogStore
 		leader bool
 		// raft-wal writes its log into 64 MiB segment files it allocated
 		// beforehand, so a full file system first stops its snapshots;
 		// boltdb's appends fail at once.
 		failing string
 	}{
-		{LogStoreWAL, false, diskSnapshot},
-		{LogStoreBoltDB, false, diskLogAppend},
-		{LogStoreBoltDB, true, diskLogAppend},
+		{raftstore.LogStoreWAL, false, diskSnapshot},
+		{raftstore.LogStoreBoltDB, false, diskLogAppend},
+		{raftstore.LogStoreBoltDB, true, diskLogAppend},
 	} {
 		who := map[bool]string{false: "follower", true: "leader"}[tc.leader]
 		t.Run(string(tc.store)+" "+who, func(t *testing.T) {
@@ -209,7 +209,7 @@ func TestDiskHealth(t *testing.T) {
 // append until the process restarts.
 func TestWALRotationOnFullDisk(t *testing.T) {
 	dir := tmpfsDir(t, 8)
-	s, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger(), 1<<20)
+	s, _, err := raftstore.Open(dir, raftstore.LogStoreWAL, hclog.NewNullLogger(), 1<<20)
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 	filler := fill(t, dir)
@@ -238,7 +238,7 @@ func TestWALRotationOnFullDisk(t *testing.T) {
 		require.NoError(t, s.StoreLogs([]*raft.Log{entry(last + 1)}), "space is back")
 		last++
 	}
-	check := func(s raftStore) {
+	check := func(s raftstore.Store) {
 		t.Helper()
 		got, err := s.LastIndex()
 		require.NoError(t, err)
@@ -251,7 +251,7 @@ func TestWALRotationOnFullDisk(t *testing.T) {
 	}
 	check(s)
 	require.NoError(t, s.Close())
-	s, err = openLogStore(dir, LogStoreWAL, hclog.NewNullLogger(), 1<<20)
+	s, _, err = raftstore.Open(dir, raftstore.LogStoreWAL, hclog.NewNullLogger(), 1<<20)
 	require.NoError(t, err)
 	check(s)
 }
@@ -267,7 +267,7 @@ func TestWALRotationOnFullDisk(t *testing.T) {
 // (finding 16).
 func TestFollowerDiskFullAtWALRotation(t *testing.T) {
 	c := newCluster(t, 3, time.Hour, func(cfg *Config) {
-		cfg.RaftLogStore = LogStoreWAL
+		cfg.RaftLogStore = raftstore.LogStoreWAL
 		cfg.WALSegmentBytes = 1 << 20
 		cfg.DataDir = filepath.Join(tmpfsDir(t, 16), "data")
 	})

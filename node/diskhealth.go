@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/moonraft/moonraft/raftstore"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -108,7 +109,7 @@ func (w *watchedLog) outstanding() (time.Time, bool) {
 	return time.Unix(0, ns), ns != 0
 }
 
-func (w *watchedLog) IsMonotonic() bool { return isMonotonic(w.LogStore) }
+func (w *watchedLog) IsMonotonic() bool { return raftstore.IsMonotonic(w.LogStore) }
 
 // watchedSnapshots reports each snapshot's outcome: creating its files,
 // writing it, and closing it (where a buffered write or the fsync fails).

@@ -14,15 +14,16 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/moonraft/moonraft/client"
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/etcdfollower"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/oplog"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/moonraft/moonraft/errcode"
-	"github.com/moonraft/moonraft/etcdbridge"
-	"github.com/moonraft/moonraft/fsm"
-	"github.com/moonraft/moonraft/oplog"
 )
 
 // etcdProxy starts an in-process toxiproxy between the nodes and the
@@ -353,7 +354,7 @@ func TestFollowerOverRealEtcd(t *testing.T) {
 	assert.Equal(t, digest, f.ObjectSetDigest())
 
 	// A follower started now reads the same history in one catch-up.
-	ef, err := StartEtcdFollower(FollowerConfig{ID: "obs", GRPCAddr: freeAddr(t), Etcd: e})
+	ef, err := etcdfollower.Start(etcdfollower.Config{ID: "obs", GRPCAddr: freeAddr(t), Etcd: e})
 	require.NoError(t, err)
 	defer ef.Close()
 	require.NoError(t, ef.Follower().WaitFor(ctx(t), 7))
@@ -363,9 +364,13 @@ func TestFollowerOverRealEtcd(t *testing.T) {
 	// It is read-only: writes and admin calls are refused, naming the mode.
 	_, err = ef.Propose(ctx(t), &fsm.RemoveAll{NowMs: ts, Force: true})
 	assert.Equal(t, errcode.UnavailableInCurrentMode, errcode.Of(err), "%v", err)
-	for _, err := range []error{ef.AddVoter(ctx(t), "x", "127.0.0.1:1", ""), ef.TransferLeadership(ctx(t), ""), ef.SnapshotSave(ctx(t), io.Discard)} {
+	assert.Contains(t, err.Error(), "read-only etcd follower")
+	cl, err := client.Dial(client.Config{Endpoints: []string{ef.Status().GRPCAddr}})
+	require.NoError(t, err)
+	defer cl.Close()
+	for _, err := range []error{cl.AddVoter(ctx(t), "x", "127.0.0.1:1", ""), cl.TransferLeadership(ctx(t), ""), cl.SnapshotSave(ctx(t), io.Discard)} {
 		assert.Equal(t, errcode.UnavailableInCurrentMode, errcode.Of(err), "%v", err)
-		assert.Contains(t, err.Error(), "read-only etcd follower")
+		assert.Contains(t, err.Error(), "(etcd-follower) has no Raft group")
 	}
 }
 
@@ -387,7 +392,7 @@ func TestFollowerRefusesBadChecksum(t *testing.T) {
 	seq := waitExported(t, nd, store, 10*time.Second)
 	require.Equal(t, uint64(5), seq)
 
-	ef, err := StartEtcdFollower(FollowerConfig{ID: "obs", GRPCAddr: freeAddr(t), Etcd: e})
+	ef, err := etcdfollower.Start(etcdfollower.Config{ID: "obs", GRPCAddr: freeAddr(t), Etcd: e})
 	require.NoError(t, err)
 	defer ef.Close()
 	require.NoError(t, ef.Follower().WaitFor(ctx(t), seq))
@@ -428,7 +433,7 @@ func TestFollowerRefusesBadChecksum(t *testing.T) {
 	ent.Checksum++
 	_, err = store.Client().Put(ctx(t), store.EntryKey(edited), string(ent.Encode()))
 	require.NoError(t, err)
-	ef2, err := StartEtcdFollower(FollowerConfig{ID: "obs2", GRPCAddr: freeAddr(t), Etcd: e})
+	ef2, err := etcdfollower.Start(etcdfollower.Config{ID: "obs2", GRPCAddr: freeAddr(t), Etcd: e})
 	require.NoError(t, err)
 	defer ef2.Close()
 	require.Eventually(t, func() bool { return ef2.Err() != nil }, 10*time.Second, 10*time.Millisecond,

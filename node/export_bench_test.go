@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/moonraft/moonraft/etcdfollower"
 	"github.com/moonraft/moonraft/fsm"
 )
 
@@ -68,7 +69,7 @@ func exportLoad(b *testing.B, rate int) {
 		c := newCluster(b, 3, time.Hour, withEtcd(e), func(c *Config) { c.Logger = quiet(c.ID) })
 		nd := c.nodes[c.leader()]
 		mountSegmentsB(b, nd)
-		ef, err := StartEtcdFollower(FollowerConfig{ID: "obs", GRPCAddr: freeAddr(b), Etcd: e})
+		ef, err := etcdfollower.Start(etcdfollower.Config{ID: "obs", GRPCAddr: freeAddr(b), Etcd: e})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,8 +14,10 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/etcdfollower"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/oplog"
+	"github.com/moonraft/moonraft/raftstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -66,9 +68,7 @@ func withEtcd(e etcdbridge.Config) func(*Config) {
 // eachCommand calls fn with every command in a stopped node's Raft log,
 // which must be complete (no snapshot compaction in the test).
 func eachCommand(t *testing.T, dataDir string, fn func(data []byte)) {
-	ls, err := DetectLogStore(dataDir)
-	require.NoError(t, err)
-	store, err := openLogStore(dataDir, ls, hclog.NewNullLogger(), 0)
+	store, _, err := raftstore.Open(dataDir, "", hclog.NewNullLogger(), 0)
 	require.NoError(t, err)
 	defer store.Close()
 	first, err := store.FirstIndex()
@@ -228,7 +228,7 @@ func TestMasterViewAndFollower(t *testing.T) {
 		put(t, nd, fmt.Sprintf("k%d", i))
 	}
 	mustPropose(t, nd, &fsm.Remove{NowMs: time.Now().UnixMilli(), Key: "k3", Force: true})
-	ef, err := StartEtcdFollower(FollowerConfig{ID: "obs", GRPCAddr: freeAddr(t), Etcd: e})
+	ef, err := etcdfollower.Start(etcdfollower.Config{ID: "obs", GRPCAddr: freeAddr(t), Etcd: e})
 	require.NoError(t, err)
 	defer ef.Close()
 	st := nd.Status()
@@ -263,7 +263,7 @@ func TestFollowerFromSnapshot(t *testing.T) {
 	for i := 20; i < 30; i++ {
 		put(t, nd, fmt.Sprintf("k%d", i))
 	}
-	ef, err := StartEtcdFollower(FollowerConfig{ID: "obs", GRPCAddr: freeAddr(t), Etcd: e, Snapshot: path})
+	ef, err := etcdfollower.Start(etcdfollower.Config{ID: "obs", GRPCAddr: freeAddr(t), Etcd: e, Snapshot: path})
 	require.NoError(t, err)
 	defer ef.Close()
 	st := nd.Status()
@@ -271,7 +271,7 @@ func TestFollowerFromSnapshot(t *testing.T) {
 	assert.Equal(t, st.ObjectSetDigest, ef.Status().ObjectSetDigest)
 	assert.Equal(t, uint64(30), ef.Status().Objects)
 
-	_, err = StartEtcdFollower(FollowerConfig{ID: "bad", GRPCAddr: freeAddr(t), Etcd: e, Snapshot: filepath.Join(t.TempDir(), "missing")})
+	_, err = etcdfollower.Start(etcdfollower.Config{ID: "bad", GRPCAddr: freeAddr(t), Etcd: e, Snapshot: filepath.Join(t.TempDir(), "missing")})
 	assert.Equal(t, errcode.FileNotFound, errcode.Of(err))
 }
 
@@ -299,7 +299,7 @@ func TestEtcdFollowerSeesOverwrites(t *testing.T) {
 	upsert("inplace", 1024)
 	upsert("resized", 4096)
 
-	ef, err := StartEtcdFollower(FollowerConfig{ID: "obs", GRPCAddr: freeAddr(t), Etcd: e})
+	ef, err := etcdfollower.Start(etcdfollower.Config{ID: "obs", GRPCAddr: freeAddr(t), Etcd: e})
 	require.NoError(t, err)
 	defer ef.Close()
 	caughtUp := func() {

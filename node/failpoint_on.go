@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/moonraft/moonraft/raftstore"
 )
 
 // Failpoints for fault tests, compiled only with `-tags failpoints` (as
@@ -54,7 +55,7 @@ func (l *faultyLog) StoreLogs(logs []*raft.Log) error {
 	return l.LogStore.StoreLogs(logs)
 }
 
-func (l *faultyLog) IsMonotonic() bool { return isMonotonic(l.LogStore) }
+func (l *faultyLog) IsMonotonic() bool { return raftstore.IsMonotonic(l.LogStore) }
 
 func (l *faultyLog) fault() error {
 	if _, err := os.Stat(l.fail); err == nil {

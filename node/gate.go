@@ -5,10 +5,10 @@ import (
 	"sync"
 
 	"github.com/moonraft/moonraft/errcode"
-	"github.com/moonraft/moonraft/transport"
+	"github.com/moonraft/moonraft/service"
 )
 
-// errWouldWait is what a read under transport.NoWait returns where it
+// errWouldWait is what a read under service.NoWait returns where it
 // would wait; its caller runs it again where it may.
 var errWouldWait = errcode.New(errcode.UnavailableInCurrentStatus, "the read would wait")
 
@@ -63,7 +63,7 @@ func (g *gate) when(ctx context.Context, open func() bool, fn func()) error {
 		}
 		done := g.done
 		g.mu.RUnlock()
-		if transport.MustNotWait(ctx) {
+		if service.MustNotWait(ctx) {
 			return errWouldWait
 		}
 		select {

@@ -54,37 +54,6 @@ func (h *handover) wait(ctx context.Context) error {
 	return nil
 }
 
-// writeTrace, in a Mooncake call's context, records what became of the
-// call's proposals: refused says Raft refused one before logging it
-// because this node no longer leads; logged says one reached the log (or
-// may have). A call refused before any of its writes was logged had no
-// effect, so the Mooncake front forwards it to the new leader, as a
-// follower forwards every call.
-type writeTrace struct{ refused, logged bool }
-
-// noEffect tells whether the call's writes were refused, none logged.
-func (t *writeTrace) noEffect() bool { return t.refused && !t.logged }
-
-type writeTraceKey struct{}
-
-func withWriteTrace(ctx context.Context) (context.Context, *writeTrace) {
-	t := &writeTrace{}
-	return context.WithValue(ctx, writeTraceKey{}, t), t
-}
-
-// traceApply records err, a proposal's outcome, in ctx's trace if it has one.
-func traceApply(ctx context.Context, err error) {
-	t, ok := ctx.Value(writeTraceKey{}).(*writeTrace)
-	if !ok {
-		return
-	}
-	if refusedUnlogged(err) {
-		t.refused = true
-	} else {
-		t.logged = true
-	}
-}
-
 // refusedUnlogged tells whether Raft refused a proposal before it logged
 // it because this node is not the leader or is handing leadership over.
 func refusedUnlogged(err error) bool {

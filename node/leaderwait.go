@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/errcode"
-	"github.com/moonraft/moonraft/transport"
+	"github.com/moonraft/moonraft/service"
 )
 
 // leaderSignal wakes requests waiting out an election. It fires whenever a
@@ -33,19 +33,19 @@ func (s *leaderSignal) fire() {
 	s.ch = make(chan struct{})
 }
 
-// awaitLeader returns nil when this node is the promoted leader, and
+// AwaitLeader returns nil when this node is the promoted leader, and
 // otherwise the answer notLeader gives. While no live promoted leader is
 // known (an election is on) it first waits for one: the client is then sent
 // to the new leader the moment it serves, instead of backing off blind and
 // arriving late. The wait is bounded by two rounds of failure detection
 // and election (room for a split vote) and by half the request's remaining
 // time, so a node cut off from the majority answers in time for the client
-// to try another. Under transport.NoWait it gives up instead.
-func (n *Node) awaitLeader(ctx context.Context) error {
+// to try another. Under service.NoWait it gives up instead.
+func (n *Node) AwaitLeader(ctx context.Context) error {
 	if n.IsLeader() {
 		return nil
 	}
-	if transport.MustNotWait(ctx) {
+	if service.MustNotWait(ctx) {
 		return errWouldWait
 	}
 	bound := 2 * (n.cfg.HeartbeatTimeout + n.cfg.ElectionTimeout)

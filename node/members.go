@@ -5,11 +5,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
+	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
-	"github.com/moonraft/moonraft/transport"
+	"github.com/moonraft/moonraft/raftstore"
 )
 
 // recordMember has the replicated state hold grpcAddr as member id's client
@@ -76,7 +76,7 @@ func (n *Node) announceLoop(ctx context.Context) {
 }
 
 func (n *Node) announce(ctx context.Context, leader, raftAddr string) error {
-	c, err := transport.Dial(n.clientConfig(leader))
+	c, err := client.Dial(n.clientConfig(leader))
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func refuseRebootstrap(ctx context.Context, cfg Config, store *etcdbridge.Store)
 	if !cfg.Bootstrap {
 		return nil // --join with an empty data dir is the way back
 	}
-	if ls, _ := DetectLogStore(cfg.DataDir); ls != "" {
+	if ls, _ := raftstore.DetectLogStore(cfg.DataDir); ls != "" {
 		return nil // a restart on its own state
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

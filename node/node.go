@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +22,8 @@ import (
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/lease"
+	"github.com/moonraft/moonraft/mooncakeapi"
+	"github.com/moonraft/moonraft/raftstore"
 	"github.com/moonraft/moonraft/transport"
 	"google.golang.org/grpc"
 )
@@ -34,7 +35,7 @@ type Node struct {
 	now   func() int64
 	raft  *raft.Raft
 	trans *guardedTransport
-	store raftStore
+	store raftstore.Store
 	disk  *diskHealth
 	// The disk watchdog's view of log writes and its hold on the Raft
 	// traffic (fence.go).
@@ -66,7 +67,7 @@ type Node struct {
 	http *http.Server
 	// stopMooncake ends the Mooncake protocol server (nil: not serving).
 	stopMooncake context.CancelFunc
-	mooncake     *mooncakeFront // nil: not serving
+	mooncake     *mooncakeapi.Front // nil: not serving
 
 	serverTLS, clientTLS *tls.Config // nil: plaintext
 	metrics              *nodeMetrics
@@ -80,7 +81,7 @@ type Node struct {
 	renewed     map[string]struct{}
 
 	notifyCh chan bool
-	// leaderSignal wakes requests that wait out an election (awaitLeader).
+	// leaderSignal wakes requests that wait out an election (AwaitLeader).
 	leaderSignal *leaderSignal
 	cancel       context.CancelFunc
 	wg           sync.WaitGroup
@@ -92,8 +93,6 @@ type Node struct {
 }
 
 const (
-	raftDB       = "raft.db"
-	snapshotsDir = "snapshots"
 	// renewalCoalesceMs: a regular tick takes a soft-pinned key's renewal
 	// once it extends the key's logged lease by this much (lease.Batcher).
 	renewalCoalesceMs = 1000
@@ -193,7 +192,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			// A new node fails fast on a wrong etcd address. A restart must
 			// not depend on etcd: the cluster's state is in Raft, and the
 			// exporter catches up once etcd answers.
-			if ls, _ := DetectLogStore(cfg.DataDir); ls == "" {
+			if ls, _ := raftstore.DetectLogStore(cfg.DataDir); ls == "" {
 				_ = store.Close()
 				return nil, err
 			}
@@ -243,33 +242,21 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 
 func (n *Node) startRaft(ctx context.Context) error {
 	cfg := n.cfg
-	ls, err := chooseLogStore(cfg.DataDir, cfg.RaftLogStore)
-	if err != nil {
-		return err
-	}
-	store, err := openLogStore(cfg.DataDir, ls, n.log.Named("wal"), cfg.WALSegmentBytes)
+	store, ls, err := raftstore.Open(cfg.DataDir, cfg.RaftLogStore, n.log.Named("wal"), cfg.WALSegmentBytes)
 	if err != nil {
 		return err
 	}
 	n.store = store
 	n.log.Info("raft log store", "store", ls)
-	checked := &checksummed{raftStore: store}
-	if err := verifyLog(checked, cfg.DataDir, ls); err != nil {
-		return err
-	}
 	// The failpoints stand for the disk, so they sit inside what the
 	// disk watchdog watches.
-	n.logWrites = &watchedLog{LogStore: withFailpoints(checked, cfg.DataDir), h: n.disk}
+	n.logWrites = &watchedLog{LogStore: withFailpoints(store, cfg.DataDir), h: n.disk}
 	logs, err := raft.NewLogCache(512, n.logWrites)
 	if err != nil {
 		return err
 	}
-	files, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, snapshotsDir), cfg.SnapshotRetain, n.log.Named("snapshots"))
+	files, err := raftstore.OpenSnapshots(cfg.DataDir, cfg.SnapshotRetain, n.log.Named("snapshots"))
 	if err != nil {
-		return errcode.New(errcode.FileWriteFail, "snapshot store: %v", err)
-	}
-	// raft's file store keeps its snapshots in a directory of its own name.
-	if err := verifySnapshots(files, filepath.Join(cfg.DataDir, snapshotsDir, "snapshots")); err != nil {
 		return err
 	}
 	snaps := &watchedSnapshots{SnapshotStore: files, h: n.disk}
@@ -395,6 +382,22 @@ func (n *Node) promotedLeader() (fsm.Stats, bool) {
 	var st fsm.Stats
 	n.sm.read(func(f *fsm.FSM) { st = f.Stats() })
 	return st, leaderID != "" && string(leaderID) == st.LeaderID && st.LeaderID != n.cfg.ID
+}
+
+// LeaderMooncakeAddr is the promoted leader's Mooncake address when this
+// node is a follower whose Raft leader is that promoted leader, else "".
+// Unlike a NOT_LEADER answer it does not ask for recent contact: on a
+// loaded machine a live leader can be a heartbeat late, and a forward to a
+// dead one fails at once (connection refused).
+func (n *Node) LeaderMooncakeAddr() string {
+	if n.IsLeader() {
+		return ""
+	}
+	st, ok := n.promotedLeader()
+	if !ok {
+		return ""
+	}
+	return st.LeaderMooncakeAddr
 }
 
 // HadState reports whether the node started on an existing data dir.

@@ -16,6 +16,7 @@ import (
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/freeport"
+	"github.com/moonraft/moonraft/raftstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -43,9 +44,9 @@ func newCluster(t testing.TB, n int, tick time.Duration, opts ...func(*Config)) 
 // but not started: c.start(absent) starts it for the first time.
 func newClusterWithout(t testing.TB, n, absent int, tick time.Duration, opts ...func(*Config)) *cluster {
 	c := &cluster{t: t}
-	var peers []Peer
+	var peers []raftstore.Peer
 	for i := 0; i < n; i++ {
-		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i), RaftAddr: freeAddr(t)})
+		peers = append(peers, raftstore.Peer{ID: fmt.Sprintf("n%d", i), RaftAddr: freeAddr(t)})
 	}
 	for i := 0; i < n; i++ {
 		cfg := DefaultConfig()
@@ -302,7 +303,7 @@ func TestLeadershipTransfer(t *testing.T) {
 	put(t, c.nodes[target], "after")
 	c.converged()
 	assert.Equal(t, 2, int(c.nodes[l].Status().Objects))
-	assert.Equal(t, c.cfgs[target].GRPCAddr, c.nodes[l].Status().LeaderGrpcAddr, "the new leader's Promote reached the old one")
+	assert.Equal(t, c.cfgs[target].GRPCAddr, c.nodes[l].Status().LeaderGRPCAddr, "the new leader's Promote reached the old one")
 }
 
 // TestLeadershipTransferWithoutPeer: a lone node says there is nobody to
@@ -366,7 +367,7 @@ func TestRestartWithDataDir(t *testing.T) {
 // restarted with the other store named is refused, migrated offline it
 // rejoins on the WAL and catches up, a cluster of mixed stores.
 func TestLogStoreKeptAndMigrated(t *testing.T) {
-	c := newCluster(t, 3, time.Hour, func(cfg *Config) { cfg.RaftLogStore = LogStoreBoltDB })
+	c := newCluster(t, 3, time.Hour, func(cfg *Config) { cfg.RaftLogStore = raftstore.LogStoreBoltDB })
 	l := c.leader()
 	mountSegments(t, c.nodes[l])
 	put(t, c.nodes[l], "a")
@@ -374,13 +375,13 @@ func TestLogStoreKeptAndMigrated(t *testing.T) {
 	c.stop(f)
 	put(t, c.nodes[l], "b")
 
-	c.cfgs[f].RaftLogStore = LogStoreWAL
+	c.cfgs[f].RaftLogStore = raftstore.LogStoreWAL
 	_, err := Start(context.Background(), c.cfgs[f])
 	require.Error(t, err)
 	assert.Equal(t, errcode.InvalidParams, errcode.Of(err))
 	assert.Contains(t, err.Error(), "holds a boltdb Raft log, not wal")
 
-	n, err := MigrateLogStore(ctx(t), c.cfgs[f].DataDir, LogStoreWAL)
+	n, err := raftstore.MigrateLogStore(ctx(t), c.cfgs[f].DataDir, raftstore.LogStoreWAL)
 	require.NoError(t, err)
 	assert.Positive(t, n)
 	c.cfgs[f].RaftLogStore = "" // whatever the data dir holds
@@ -388,9 +389,9 @@ func TestLogStoreKeptAndMigrated(t *testing.T) {
 	put(t, c.nodes[l], "c")
 	c.converged()
 	assert.Equal(t, 3, int(c.nodes[f].Status().Objects))
-	ls, err := DetectLogStore(c.cfgs[f].DataDir)
+	ls, err := raftstore.DetectLogStore(c.cfgs[f].DataDir)
 	require.NoError(t, err)
-	assert.Equal(t, LogStoreWAL, ls)
+	assert.Equal(t, raftstore.LogStoreWAL, ls)
 }
 
 func TestLeaderLossKeepsAcknowledgedWrites(t *testing.T) {
@@ -484,7 +485,7 @@ func memberAddrs(t *testing.T, nd *Node) map[string]string {
 	require.NoError(t, err)
 	out := map[string]string{}
 	for _, m := range ms {
-		out[m.Id] = m.GrpcAddr
+		out[m.ID] = m.GRPCAddr
 	}
 	return out
 }
@@ -516,7 +517,7 @@ func TestConfigValidation(t *testing.T) {
 		{"zero tick", func(c *Config) { c.Tick = 0 }},
 		{"negative export linger", func(c *Config) { c.ExportLinger = -time.Millisecond }},
 		{"bootstrap without peers", func(c *Config) { c.Bootstrap = true }},
-		{"bootstrap without self", func(c *Config) { c.Bootstrap, c.Peers = true, []Peer{{"x", "127.0.0.1:1"}} }},
+		{"bootstrap without self", func(c *Config) { c.Bootstrap, c.Peers = true, []raftstore.Peer{{ID: "x", RaftAddr: "127.0.0.1:1"}} }},
 		{"bad params", func(c *Config) { c.Params.LeaseTTLMs = 0 }},
 		{"tls ca without a certificate", func(c *Config) { c.TLS.CA = "ca.pem" }},
 		{"tls cert without a key", func(c *Config) { c.TLS.Cert = "n0.pem" }},
@@ -535,13 +536,6 @@ func TestConfigValidation(t *testing.T) {
 			_, err := New(context.Background(), cfg)
 			assert.Equal(t, errcode.InvalidParams, errcode.Of(err), "%v", err)
 		})
-	}
-	peers, err := ParsePeers("a=127.0.0.1:1, b=127.0.0.1:2")
-	require.NoError(t, err)
-	assert.Equal(t, []Peer{{"a", "127.0.0.1:1"}, {"b", "127.0.0.1:2"}}, peers)
-	for _, bad := range []string{"a", "=x", "a=", "a=1,a=2"} {
-		_, err := ParsePeers(bad)
-		assert.Equal(t, errcode.InvalidParams, errcode.Of(err), bad)
 	}
 }
 

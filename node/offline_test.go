@@ -11,6 +11,7 @@ import (
 
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/raftstore"
 	"github.com/moonraft/moonraft/snapshots"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -40,10 +41,10 @@ func TestOfflineRestore(t *testing.T) {
 	sum, err := snapshots.Inspect(file)
 	require.NoError(t, err)
 	file.Close()
-	peers := []Peer{{ID: "n0", RaftAddr: "127.0.0.1:1"}}
+	peers := []raftstore.Peer{{ID: "n0", RaftAddr: "127.0.0.1:1"}}
 
 	// Without replay the seeded state is exactly the file's.
-	o := OfflineRestore{Snapshot: path, DataDir: filepath.Join(t.TempDir(), "d"), ID: "n0", Peers: peers, ClusterID: c.cfgs[0].ClusterID}
+	o := raftstore.OfflineRestore{Snapshot: path, DataDir: filepath.Join(t.TempDir(), "d"), ID: "n0", Peers: peers, ClusterID: c.cfgs[0].ClusterID}
 	rep, err := o.Run(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, hex.EncodeToString(sum.Digest[:]), rep.Digest)
@@ -58,7 +59,7 @@ func TestOfflineRestore(t *testing.T) {
 	require.Eventually(t, func() bool { l, _ := store.Latest(context.Background()); return l == want }, 10*time.Second, 10*time.Millisecond)
 	_, err = store.CleanupOpLogBefore(context.Background(), sum.Header.AppliedSeq+3)
 	require.NoError(t, err)
-	o = OfflineRestore{Snapshot: path, DataDir: filepath.Join(t.TempDir(), "d"), ID: "n0", Peers: peers, ClusterID: c.cfgs[0].ClusterID,
+	o = raftstore.OfflineRestore{Snapshot: path, DataDir: filepath.Join(t.TempDir(), "d"), ID: "n0", Peers: peers, ClusterID: c.cfgs[0].ClusterID,
 		ReplayEtcd: true, Etcd: e}
 	_, err = o.Run(context.Background())
 	assert.Equal(t, errcode.OplogEntryNotFound, errcode.Of(err), "%v", err)

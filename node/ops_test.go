@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/transport"
@@ -130,7 +131,7 @@ func TestTLSCluster(t *testing.T) {
 		t.Run("grpc/"+name, func(t *testing.T) {
 			tc, err := files.ClientConfig()
 			require.NoError(t, err)
-			cl, err := transport.Dial(transport.ClientConfig{Endpoints: []string{c.cfgs[l].GRPCAddr}, TLS: tc})
+			cl, err := client.Dial(client.Config{Endpoints: []string{c.cfgs[l].GRPCAddr}, TLS: tc})
 			require.NoError(t, err)
 			defer cl.Close()
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -209,7 +210,7 @@ func TestMetrics(t *testing.T) {
 	l := c.leader()
 	mountSegments(t, c.nodes[l])
 	put(t, c.nodes[l], "k1")
-	cl, err := transport.Dial(transport.ClientConfig{Endpoints: []string{c.cfgs[l].GRPCAddr}})
+	cl, err := client.Dial(client.Config{Endpoints: []string{c.cfgs[l].GRPCAddr}})
 	require.NoError(t, err)
 	defer cl.Close()
 	_, _, err = cl.GetReplicaList(ctx(t), "k1")

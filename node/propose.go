@@ -9,7 +9,7 @@ import (
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/oplog"
-	"github.com/moonraft/moonraft/transport"
+	"github.com/moonraft/moonraft/service"
 )
 
 // IsLeader reports whether this node is the promoted leader, ready to
@@ -24,7 +24,7 @@ func (n *Node) IsLeader() bool {
 // lease renewals and hold reads of their keys until applied, so a lease a
 // read has returned is never broken (DESIGN.md, "Time, leases, eviction").
 func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
-	if err := n.awaitLeader(ctx); err != nil {
+	if err := n.AwaitLeader(ctx); err != nil {
 		return fsm.Result{}, err
 	}
 	if err := n.admitWrite(); err != nil {
@@ -64,7 +64,7 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 // ProposeBatch replicates puts as one log entry (one Raft round trip for a
 // whole batch RPC), applied in order with a result each.
 func (n *Node) ProposeBatch(ctx context.Context, cmds []fsm.Command) ([]fsm.Result, error) {
-	if err := n.awaitLeader(ctx); err != nil {
+	if err := n.AwaitLeader(ctx); err != nil {
 		return nil, err
 	}
 	if err := n.admitWrite(); err != nil {
@@ -169,7 +169,7 @@ func (n *Node) apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 				}
 			}
 		}
-		traceApply(ctx, err)
+		service.TraceWrite(ctx, refusedUnlogged(err))
 		if err != nil {
 			return fsm.Result{}, n.raftErr(err, true)
 		}
@@ -198,10 +198,10 @@ func (n *Node) wait(f raft.Future) error {
 // read lease when this node holds one, else after a quorum round that began
 // after the call. read may run twice (a lease that lapsed while it read is
 // not trusted), so it may only record what is harmless to record twice,
-// such as lease renewals. Under transport.NoWait it gives up where it
-// would wait (awaitLeader, confirmLeader, the gate).
+// such as lease renewals. Under service.NoWait it gives up where it
+// would wait (AwaitLeader, confirmLeader, the gate).
 func (n *Node) linearizable(ctx context.Context, read func() error) error {
-	if err := n.awaitLeader(ctx); err != nil {
+	if err := n.AwaitLeader(ctx); err != nil {
 		return err
 	}
 	if tok, ok := n.leadership.lease(); ok {
@@ -224,12 +224,12 @@ func (n *Node) linearizable(ctx context.Context, read func() error) error {
 }
 
 // confirmLeader waits for a quorum round that began after the call
-// (under transport.NoWait it gives up instead).
+// (under service.NoWait it gives up instead).
 func (n *Node) confirmLeader(ctx context.Context) error {
-	if err := n.awaitLeader(ctx); err != nil {
+	if err := n.AwaitLeader(ctx); err != nil {
 		return err
 	}
-	if transport.MustNotWait(ctx) {
+	if service.MustNotWait(ctx) {
 		return errWouldWait
 	}
 	if err := n.leadership.confirm(ctx); err != nil {

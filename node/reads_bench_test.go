@@ -55,7 +55,7 @@ func BenchmarkReads(b *testing.B) {
 // mooncakeReads is a leader holding what master_bench's prefill at 4
 // clients leaves (40,000 objects, past the CPU's caches as in the real
 // run), its Mooncake front and the objects' keys.
-func mooncakeReads(b *testing.B) (*mooncakeFront, []string) {
+func mooncakeReads(b *testing.B) (*mooncakeapi.Front, []string) {
 	const objects, batch = 40_000, 128
 	c := newCluster(b, 3, 100*time.Millisecond, func(cfg *Config) { cfg.Logger = quiet(cfg.ID) })
 	nd := c.nodes[c.leader()]
@@ -76,13 +76,13 @@ func mooncakeReads(b *testing.B) (*mooncakeFront, []string) {
 			}
 		}
 	}
-	return &mooncakeFront{n: nd, local: mooncakeapi.NewHandler(nd, nd.log, uint64(nd.cfg.Params.LeaseTTLMs))}, keys
+	return mooncakeapi.NewFront(nd, nd, nd.log, uint64(nd.cfg.Params.LeaseTTLMs)), keys
 }
 
 // inlineCalls makes the calls of bodies in turn through the event loop's
 // inline call, from decoded request to encoded answer, and reports per
 // key.
-func inlineCalls(b *testing.B, front *mooncakeFront, name string, bodies [][]byte, keysPerCall int) {
+func inlineCalls(b *testing.B, front *mooncakeapi.Front, name string, bodies [][]byte, keysPerCall int) {
 	id := mooncakeapi.FunctionID(name)
 	// The first read confirms the leader's lease (a quorum round, which an
 	// inline call does not wait for).

@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
-	"github.com/moonraft/moonraft/transport"
+	"github.com/moonraft/moonraft/service"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -100,7 +100,7 @@ func TestLapseDuringReadFallsBackToQuorum(t *testing.T) {
 }
 
 // TestNoWaitReadsGiveUp: a read the Mooncake protocol's event loop runs
-// (under transport.NoWait) gives up, without a quorum round or a wait,
+// (under service.NoWait) gives up, without a quorum round or a wait,
 // where it would wait — the lease lapsed, a removal of its key in flight,
 // on a follower — and is answered where it need not.
 func TestNoWaitReadsGiveUp(t *testing.T) {
@@ -113,7 +113,7 @@ func TestNoWaitReadsGiveUp(t *testing.T) {
 	require.NoError(t, nd.confirmLeader(ctx(t)))
 
 	read := func(nd *Node, key string) (waited bool, err error) {
-		nctx := transport.NoWait(ctx(t))
+		nctx := service.NoWait(ctx(t))
 		_, _, err = nd.GetReplicaList(nctx, key)
 		return nctx.Waited(), err
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http/pprof"
 	"time"
 
+	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/cororpc"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/mooncakeapi"
@@ -49,8 +50,8 @@ func (n *Node) serve() error {
 		if n.serverTLS != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(n.serverTLS)))
 		}
-		n.grpc = transport.NewServerWithConfig(n, transport.ServerConfig{
-			Limits: n.cfg.Limits, AdminToken: n.cfg.AdminToken, Observe: n.metrics.observeRPC,
+		n.grpc = transport.NewServer(n, transport.ServerConfig{
+			Admin: n, Limits: n.cfg.Limits, AdminToken: n.cfg.AdminToken, Observe: n.metrics.observeRPC,
 		}, opts...)
 		n.wg.Add(1)
 		go func() {
@@ -67,14 +68,13 @@ func (n *Node) serve() error {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		n.stopMooncake = cancel
-		front := &mooncakeFront{n: n, local: mooncakeapi.NewHandler(n, n.log, uint64(n.cfg.Params.LeaseTTLMs)),
-			fwd: cororpc.Pool{MsgType: cororpc.MsgForwarded}}
+		front := mooncakeapi.NewFront(n, n, n.log, uint64(n.cfg.Params.LeaseTTLMs))
 		n.mooncake = front
 		srv := &cororpc.Server{Handler: front, Logger: n.log, Loops: n.cfg.MooncakeLoops}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			defer front.fwd.Close()
+			defer front.Close()
 			if err := srv.Serve(ctx, l); err != nil {
 				n.log.Error("mooncake protocol server stopped", "error", err)
 			}
@@ -102,6 +102,14 @@ func (n *Node) serve() error {
 		}()
 	}
 	return nil
+}
+
+// DrainMooncake keeps the Mooncake front serving until the clients moved
+// to a new leader (mooncakeapi.Front.Drain).
+func (n *Node) DrainMooncake(ctx context.Context, quiet time.Duration) {
+	if n.mooncake != nil {
+		n.mooncake.Drain(ctx, quiet, 2*n.cfg.ElectionTimeout)
+	}
 }
 
 // stopServers ends the API servers; in-flight calls get a short grace.
@@ -144,16 +152,16 @@ func (n *Node) httpHandler() http.Handler {
 	// promoted (before that it refuses clients).
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		st := n.Status()
-		ready := st.LeaderId != "" && (st.Role != "leader" || st.Promoted)
+		ready := st.LeaderID != "" && (st.Role != "leader" || st.Promoted)
 		if !ready {
-			http.Error(w, "not ready: role "+st.Role+", leader "+st.LeaderId+"\n", http.StatusServiceUnavailable)
+			http.Error(w, "not ready: role "+st.Role+", leader "+st.LeaderID+"\n", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	mux.Handle("/metrics", n.metrics.handler())
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
-		b, err := protojson.Marshal(n.Status())
+		b, err := protojson.Marshal(transport.NodeStatusPB(n.Status()))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -166,13 +174,13 @@ func (n *Node) httpHandler() http.Handler {
 
 // clientConfig is a client of the cluster with this node's TLS and admin
 // token.
-func (n *Node) clientConfig(endpoints ...string) transport.ClientConfig {
-	return transport.ClientConfig{Endpoints: endpoints, TLS: n.clientTLS, AdminToken: n.cfg.AdminToken}
+func (n *Node) clientConfig(endpoints ...string) client.Config {
+	return client.Config{Endpoints: endpoints, TLS: n.clientTLS, AdminToken: n.cfg.AdminToken}
 }
 
 // join asks the cluster, through any member, to add this node as a voter.
 func (n *Node) join(ctx context.Context) error {
-	c, err := transport.Dial(n.clientConfig(n.cfg.Join))
+	c, err := client.Dial(n.clientConfig(n.cfg.Join))
 	if err != nil {
 		return err
 	}

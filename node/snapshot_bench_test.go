@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/raftstore"
 	"github.com/moonraft/moonraft/snapshots"
 )
 
@@ -83,8 +84,8 @@ func BenchmarkSnapshotTool1M(b *testing.B) {
 		// OpLog entries after the snapshot, for the replay.
 		fillObjects(b, nd, "b/", replay/2) // a PUT_END entry each
 		waitAllExported(nd)
-		o := OfflineRestore{Snapshot: path, DataDir: filepath.Join(dir, "d0"), ID: "n0",
-			Peers: []Peer{{ID: "n0", RaftAddr: "127.0.0.1:1"}}, ClusterID: c.cfgs[0].ClusterID}
+		o := raftstore.OfflineRestore{Snapshot: path, DataDir: filepath.Join(dir, "d0"), ID: "n0",
+			Peers: []raftstore.Peer{{ID: "n0", RaftAddr: "127.0.0.1:1"}}, ClusterID: c.cfgs[0].ClusterID}
 		start = time.Now()
 		if _, err := o.Run(context.Background()); err != nil {
 			b.Fatal(err)

@@ -5,28 +5,28 @@ import (
 	"strings"
 
 	"github.com/moonraft/moonraft/fsm"
-	moonraftpb "github.com/moonraft/moonraft/transport/proto"
+	"github.com/moonraft/moonraft/service"
 )
 
 // Status reports this node's view, as `moonctl status` shows it. The digest
 // and applied index are read together under the state lock, so nodes at
 // equal applied indexes must show equal digests.
-func (n *Node) Status() *moonraftpb.NodeStatus { return n.status(true) }
+func (n *Node) Status() *service.NodeStatus { return n.status(true) }
 
 // Progress is Status without the digests: cheap enough to poll.
-func (n *Node) Progress() *moonraftpb.NodeStatus { return n.status(false) }
+func (n *Node) Progress() *service.NodeStatus { return n.status(false) }
 
-func (n *Node) status(digests bool) *moonraftpb.NodeStatus {
+func (n *Node) status(digests bool) *service.NodeStatus {
 	_, leader := n.raft.LeaderWithID()
-	st := &moonraftpb.NodeStatus{
-		Id:          n.cfg.ID,
+	st := &service.NodeStatus{
+		ID:          n.cfg.ID,
 		RaftAddr:    string(n.trans.LocalAddr()),
-		GrpcAddr:    n.cfg.GRPCAddr,
+		GRPCAddr:    n.cfg.GRPCAddr,
 		Role:        strings.ToLower(n.raft.State().String()),
 		Promoted:    n.IsLeader(),
 		Term:        n.raft.CurrentTerm(),
 		CommitIndex: n.raft.CommitIndex(),
-		LeaderId:    string(leader),
+		LeaderID:    string(leader),
 		EtcdExport:  n.etcd != nil,
 		ReadMode:    string(n.cfg.ReadMode),
 		DiskError:   n.disk.String(),
@@ -44,7 +44,7 @@ func (n *Node) status(digests bool) *moonraftpb.NodeStatus {
 		s := f.Stats()
 		st.AppliedIndex = n.sm.appliedIndex.Load()
 		st.AppliedSeq = s.AppliedSeq
-		st.LeaderGrpcAddr = s.LeaderAddr
+		st.LeaderGRPCAddr = s.LeaderAddr
 		st.Objects = uint64(s.Objects)
 		st.Segments = uint64(s.Segments)
 		st.Sessions = uint64(s.Sessions)

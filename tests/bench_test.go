@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/fsm"
-	"github.com/moonraft/moonraft/transport"
 )
 
 // benchCluster starts three real nodes at the default flags.
-func benchCluster(b *testing.B) (*Cluster, *transport.Client) {
+func benchCluster(b *testing.B) (*Cluster, *client.Client) {
 	c := StartCluster(b, b.TempDir(), 3)
-	cl, err := transport.Dial(transport.ClientConfig{Endpoints: c.Endpoints(), MaxBackoff: 50 * time.Millisecond})
+	cl, err := client.Dial(client.Config{Endpoints: c.Endpoints(), MaxBackoff: 50 * time.Millisecond})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -40,9 +40,9 @@ func benchCluster(b *testing.B) (*Cluster, *transport.Client) {
 
 var keySeq atomic.Int64
 
-func putOnce(ctx context.Context, cl *transport.Client) error {
+func putOnce(ctx context.Context, cl *client.Client) error {
 	key := fmt.Sprintf("b/%d", keySeq.Add(1))
-	if _, err := cl.PutStart(ctx, key, []uint64{4096}, transport.ReplicateConfig{ReplicaNum: 1}, "bench"); err != nil {
+	if _, err := cl.PutStart(ctx, key, []uint64{4096}, client.ReplicateConfig{ReplicaNum: 1}, "bench"); err != nil {
 		return err
 	}
 	return cl.PutEnd(ctx, key, "bench")

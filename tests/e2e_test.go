@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	moonclient "github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
-	"github.com/moonraft/moonraft/transport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,7 +26,7 @@ func TestFailoverLosesNothing(t *testing.T) {
 	// No periodic tick (time-driven state is not under test here) and long
 	// TTLs, so nodes go quiet and their applied indexes can be compared.
 	c := StartCluster(t, t.TempDir(), 3, "--tick", "1h", "--client-ttl", "1h")
-	cl, err := transport.Dial(transport.ClientConfig{Endpoints: c.Endpoints(), MaxBackoff: 200 * time.Millisecond})
+	cl, err := moonclient.Dial(moonclient.Config{Endpoints: c.Endpoints(), MaxBackoff: 200 * time.Millisecond})
 	require.NoError(t, err)
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -165,8 +165,8 @@ func TestHandoversRefuseNoWrite(t *testing.T) {
 }
 
 // putPair writes key (4 KiB in one slice) for client: PutStart, then PutEnd.
-func putPair(ctx context.Context, cl *transport.Client, key, client string, replicas uint32) error {
-	if _, err := cl.PutStart(ctx, key, []uint64{4096}, transport.ReplicateConfig{ReplicaNum: replicas}, client); err != nil {
+func putPair(ctx context.Context, cl *moonclient.Client, key, client string, replicas uint32) error {
+	if _, err := cl.PutStart(ctx, key, []uint64{4096}, moonclient.ReplicateConfig{ReplicaNum: replicas}, client); err != nil {
 		return err
 	}
 	return cl.PutEnd(ctx, key, client)

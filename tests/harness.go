@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/internal/child"
 	"github.com/moonraft/moonraft/internal/freeport"
-	"github.com/moonraft/moonraft/transport"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
@@ -135,8 +135,8 @@ func (c *Cluster) StopAll() {
 
 // Client dials every node's gRPC address; the client closes when the test
 // ends.
-func (c *Cluster) Client() *transport.Client {
-	cl, err := transport.Dial(transport.ClientConfig{Endpoints: c.Endpoints()})
+func (c *Cluster) Client() *client.Client {
+	cl, err := client.Dial(client.Config{Endpoints: c.Endpoints()})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func (c *Cluster) Client() *transport.Client {
 
 // Serving waits for a promoted leader and returns a context that ends
 // after timeout (or with the test), a client of every node, and the leader.
-func (c *Cluster) Serving(timeout time.Duration) (context.Context, *transport.Client, *Proc) {
+func (c *Cluster) Serving(timeout time.Duration) (context.Context, *client.Client, *Proc) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	c.t.Cleanup(cancel)
 	cl := c.Client()
@@ -177,7 +177,7 @@ func (c *Cluster) Endpoints() []string {
 }
 
 // Leader waits for a promoted leader and returns it.
-func (c *Cluster) Leader(ctx context.Context, cl *transport.Client) *Proc {
+func (c *Cluster) Leader(ctx context.Context, cl *client.Client) *Proc {
 	for {
 		for _, p := range c.Procs {
 			sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
@@ -197,7 +197,7 @@ func (c *Cluster) Leader(ctx context.Context, cl *transport.Client) *Proc {
 
 // Converged waits until every node reports the same applied index and
 // returns their statuses there.
-func (c *Cluster) Converged(ctx context.Context, cl *transport.Client) []*moonraftpb.NodeStatus {
+func (c *Cluster) Converged(ctx context.Context, cl *client.Client) []*moonraftpb.NodeStatus {
 	for {
 		var sts []*moonraftpb.NodeStatus
 		same := true

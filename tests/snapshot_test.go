@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
-	"github.com/moonraft/moonraft/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -28,14 +28,14 @@ func startEtcd(t *testing.T) string {
 }
 
 // putMany writes n objects with keys prefix%06d in batches.
-func putMany(t *testing.T, ctx context.Context, cl *transport.Client, prefix string, n int) {
+func putMany(t *testing.T, ctx context.Context, cl *client.Client, prefix string, n int) {
 	const batch = 500
 	for lo := 0; lo < n; lo += batch {
-		var items []transport.PutStartItem
+		var items []client.PutStartItem
 		var keys []string
 		for i := lo; i < min(lo+batch, n); i++ {
 			key := fmt.Sprintf("%s%06d", prefix, i)
-			items = append(items, transport.PutStartItem{Key: key, SliceLengths: []uint64{1024}, Config: transport.ReplicateConfig{ReplicaNum: 1}, ClientID: "dr"})
+			items = append(items, client.PutStartItem{Key: key, SliceLengths: []uint64{1024}, Config: client.ReplicateConfig{ReplicaNum: 1}, ClientID: "dr"})
 			keys = append(keys, key)
 		}
 		rs, err := cl.BatchPutStart(ctx, items)

@@ -1,59 +1,24 @@
-// Package transport is moonraft's client-facing edge: the gRPC server
-// (moonraft.v1.Master) in front of a Backend, and the Go client with leader
-// discovery and retries. It holds no business rules: requests become fsm
-// commands or Backend reads, results become responses.
+// Package transport is moonraft's gRPC front door: the server
+// (moonraft.v1.Master) in front of the service contract, its limits and
+// admin-token guard, and the TLS settings of every link. It holds no
+// business rules: requests become fsm commands or service.Data reads,
+// results become responses. The Go client is package client.
 //
 // # Errors
 //
 // Every unary RPC answers with gRPC status OK and a moonraftpb.Status
-// carrying the Mooncake code; the client turns a non-OK one into an
-// *errcode.Error, so callers use errcode.Of. Only NOT_LEADER,
-// UNAVAILABLE_IN_CURRENT_STATUS and TOO_MANY_REQUESTS are retryable (see
-// Retryable). SnapshotSave, and calls refused by the server's interceptor
+// carrying the Mooncake code (retryable as errcode.Code.Retryable says).
+// SnapshotSave, and calls refused by the server's interceptor
 // (PERMISSION_DENIED, TOO_MANY_REQUESTS), fail with a gRPC error whose
 // details carry the Status.
-//
-// # Retries
-//
-// The client tries the last known leader first. A NOT_LEADER answer moves
-// it to the leader it names (learning the address if new) and is retried at
-// once; UNAVAILABLE_IN_CURRENT_STATUS and connection failures (a failed TLS
-// handshake among them) move it to the next endpoint after a backoff (20 ms
-// doubling to ClientConfig.MaxBackoff, jittered), until the caller's
-// context is done, when the last error is returned. TOO_MANY_REQUESTS is
-// retried at the same endpoint after the same backoff.
-//
-// What may be retried depends on whether the request can have been applied:
-//
-//   - A request answered NOT_LEADER or UNAVAILABLE_IN_CURRENT_STATUS was not
-//     applied, nor one that never got onto a connection (gRPC reports no
-//     peer for it: the dial failed, or the endpoint was not connected
-//     within ClientConfig.ConnectTimeout). Every RPC is retried on these.
-//   - A request whose connection failed after it was sent, or whose deadline
-//     passed in flight, may have been applied. Idempotent RPCs are retried:
-//     reads, Ping, MountSegment, ReMountSegment, PutEnd (ending a complete
-//     object again is OK), Members, AddVoter, RemoveServer, and
-//     SnapshotSave until its first byte is written. The others — PutStart,
-//     PutRevoke, Remove, RemoveByRegex, RemoveAll, UnmountSegment, the
-//     batch writes but BatchPutEnd, TransferLeadership and SnapshotRestore —
-//     are not resent: the call fails with OUTCOME_UNKNOWN, and the caller
-//     checks (GetReplicaList, ExistKey) before trying again.
-//   - A server's own OUTCOME_UNKNOWN (its leadership was lost mid-write) is
-//     returned as is, never retried.
-//
-// Requests are encoded and size-checked before sending, so an oversized or
-// unencodable request fails with INVALID_PARAMS rather than looking like one
-// that may have been sent; a request the server refuses for its size (its
-// limit being lower) is INVALID_PARAMS too, since gRPC refuses it before
-// decoding it.
 //
 // # Security and limits
 //
 // TLSFiles builds the TLS configuration of a server (mutual TLS when it
-// has a CA), of a client (ClientConfig.TLS) and of the Raft transport
+// has a CA), of a client (client.Config.TLS) and of the Raft transport
 // (TLSStreamLayer). ServerConfig.AdminToken makes the admin RPCs
-// (AdminMethod) require "authorization: Bearer <token>", sent by clients
-// given ClientConfig.AdminToken; others get PERMISSION_DENIED. Limits caps
+// (moonraftpb.AdminMethod) require "authorization: Bearer <token>", sent by clients
+// given client.Config.AdminToken; others get PERMISSION_DENIED. Limits caps
 // message size, batch length, regex length and each client's requests in
 // flight. docs/OPERATIONS.md describes them for operators.
 package transport

@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/oplog"
+	"github.com/moonraft/moonraft/service"
 	"github.com/moonraft/moonraft/snapshots"
-	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	"github.com/stretchr/testify/require"
 )
 
@@ -85,11 +86,11 @@ func (b *testBackend) GetReplicaList(_ context.Context, key string) ([]oplog.Rep
 }
 
 func (b *testBackend) BatchGetReplicaList(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
-	return BatchGetByKey(ctx, keys, b.GetReplicaList)
+	return service.BatchGetByKey(ctx, keys, b.GetReplicaList)
 }
 
 func (b *testBackend) BatchExistKey(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
-	return BatchExistByKey(ctx, keys, b.ExistKey)
+	return service.BatchExistByKey(ctx, keys, b.ExistKey)
 }
 
 func (b *testBackend) ExistKey(ctx context.Context, key string) (bool, fsm.Grant, error) {
@@ -142,24 +143,24 @@ func (b *testBackend) SegmentStatus(_ context.Context, ref string, byName bool) 
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return SegmentStatusOf(b.f, ref, byName)
+	return service.SegmentStatusOf(b.f, ref, byName)
 }
 
-func (b *testBackend) Progress() *moonraftpb.NodeStatus { return b.Status() }
+func (b *testBackend) Progress() *service.NodeStatus { return b.Status() }
 
-func (b *testBackend) Status() *moonraftpb.NodeStatus {
+func (b *testBackend) Status() *service.NodeStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := b.f.Stats()
 	d := b.f.Digest()
-	return &moonraftpb.NodeStatus{Id: "n", GrpcAddr: b.lis.Addr().String(), Objects: uint64(st.Objects), Digest: hex.EncodeToString(d[:])}
+	return &service.NodeStatus{ID: "n", GRPCAddr: b.lis.Addr().String(), Objects: uint64(st.Objects), Digest: hex.EncodeToString(d[:])}
 }
 
-func (b *testBackend) Members(context.Context) ([]*moonraftpb.Member, error) {
+func (b *testBackend) Members(context.Context) ([]service.Member, error) {
 	if err := b.refuse(); err != nil {
 		return nil, err
 	}
-	return []*moonraftpb.Member{{Id: "n", GrpcAddr: b.lis.Addr().String(), Suffrage: "Voter", Leader: true}}, nil
+	return []service.Member{{ID: "n", GRPCAddr: b.lis.Addr().String(), Suffrage: "Voter", Leader: true}}, nil
 }
 
 func (b *testBackend) AddVoter(context.Context, string, string, string) error { return b.refuse() }
@@ -255,9 +256,9 @@ func startNode(t *testing.T) (*testBackend, string) {
 	return startNodeWith(t, ServerConfig{})
 }
 
-func dialT(t *testing.T, endpoints ...string) *Client {
+func dialT(t *testing.T, endpoints ...string) *client.Client {
 	t.Helper()
-	c, err := Dial(ClientConfig{Endpoints: endpoints, MaxBackoff: 100 * time.Millisecond})
+	c, err := client.Dial(client.Config{Endpoints: endpoints, MaxBackoff: 100 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

@@ -12,6 +12,7 @@ import (
 
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/service"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -21,10 +22,6 @@ import (
 
 // DefaultMaxInFlightPerClient is the default of Limits.MaxInFlightPerClient.
 const DefaultMaxInFlightPerClient = 256
-
-// MinMessageBytes is the smallest message limit allowed, on servers and
-// clients: a snapshot chunk (SnapshotChunkBytes) and its framing must fit.
-const MinMessageBytes = 2 << 20
 
 // Limits bound what one request, or one client, may ask of a server, so
 // that going past them is a clear error rather than memory exhaustion.
@@ -51,7 +48,7 @@ type Limits struct {
 // WithDefaults fills zero fields with the defaults.
 func (l Limits) WithDefaults() Limits {
 	if l.MaxMessageBytes == 0 {
-		l.MaxMessageBytes = MaxMessageBytes
+		l.MaxMessageBytes = moonraftpb.MaxMessageBytes
 	}
 	if l.MaxBatch == 0 {
 		l.MaxBatch = MaxBatch
@@ -69,8 +66,8 @@ func (l Limits) WithDefaults() Limits {
 func (l Limits) Validate() error {
 	l = l.WithDefaults()
 	switch {
-	case l.MaxMessageBytes < MinMessageBytes:
-		return errcode.New(errcode.InvalidParams, "max message size %d is below the minimum of %d bytes (a snapshot chunk must fit)", l.MaxMessageBytes, MinMessageBytes)
+	case l.MaxMessageBytes < moonraftpb.MinMessageBytes:
+		return errcode.New(errcode.InvalidParams, "max message size %d is below the minimum of %d bytes (a snapshot chunk must fit)", l.MaxMessageBytes, moonraftpb.MinMessageBytes)
 	case l.MaxBatch < 1:
 		return errcode.New(errcode.InvalidParams, "max batch %d must be at least 1", l.MaxBatch)
 	case l.MaxRegexLen < 1 || l.MaxRegexLen > fsm.MaxRegexLen:
@@ -79,8 +76,12 @@ func (l Limits) Validate() error {
 	return nil
 }
 
-// ServerConfig configures NewServerWithConfig.
+// ServerConfig configures NewServer.
 type ServerConfig struct {
+	// Admin serves membership, leadership transfer and snapshots; nil (a
+	// server with no Raft group behind it) answers them
+	// UNAVAILABLE_IN_CURRENT_MODE.
+	Admin  service.Admin
 	Limits Limits
 	// AdminToken, when set, must come with every admin RPC (AdminMethod)
 	// as the metadata "authorization: Bearer <token>"; without it, or with
@@ -92,18 +93,6 @@ type ServerConfig struct {
 	// that failed in gRPC itself) and its duration (metrics).
 	Observe func(method, code string, d time.Duration)
 }
-
-// AdminMethod reports whether the gRPC method (full name or short) is an
-// admin RPC: membership, leadership transfer, snapshots and RemoveAll.
-func AdminMethod(method string) bool {
-	switch path.Base(method) {
-	case "Members", "AddVoter", "RemoveServer", "TransferLeadership", "SnapshotSave", "SnapshotRestore", "RemoveAll":
-		return true
-	}
-	return false
-}
-
-const authHeader = "authorization"
 
 // tokenEqual compares in constant time (over digests, so the length of the
 // configured token does not leak either).
@@ -125,17 +114,17 @@ func newGuard(cfg ServerConfig) *guard {
 }
 
 func (g *guard) authorize(ctx context.Context, method string) error {
-	if g.cfg.AdminToken == "" || !AdminMethod(method) {
+	if g.cfg.AdminToken == "" || !moonraftpb.AdminMethod(method) {
 		return nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get(authHeader) {
+	for _, v := range md.Get(moonraftpb.AuthHeader) {
 		tok, ok := strings.CutPrefix(v, "Bearer ")
 		if ok && tokenEqual(strings.TrimSpace(tok), g.cfg.AdminToken) {
 			return nil
 		}
 	}
-	if len(md.Get(authHeader)) == 0 {
+	if len(md.Get(moonraftpb.AuthHeader)) == 0 {
 		return errcode.New(errcode.PermissionDenied, "%s is an admin RPC and this node requires the admin token (moonctl --admin-token-file)", path.Base(method))
 	}
 	return errcode.New(errcode.PermissionDenied, "%s is an admin RPC and the admin token given is wrong", path.Base(method))
@@ -179,7 +168,7 @@ func (g *guard) observe(method string, start time.Time, resp any, err error) {
 	code := errcode.OK.String()
 	switch {
 	case err != nil:
-		if st := detailStatus(err); st != nil {
+		if st := moonraftpb.DetailStatus(err); st != nil {
 			code = errcode.Code(st.GetCode()).String()
 		} else {
 			code = "GRPC_" + strings.ToUpper(status.Code(err).String())
@@ -218,26 +207,6 @@ func (g *guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 	}
 	defer release()
 	return handler(srv, ss)
-}
-
-// withToken adds the admin token to the outgoing metadata of admin RPCs.
-func withToken(ctx context.Context, method, token string) context.Context {
-	if token == "" || !AdminMethod(method) {
-		return ctx
-	}
-	return metadata.AppendToOutgoingContext(ctx, authHeader, "Bearer "+token)
-}
-
-func tokenUnary(token string) grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		return invoker(withToken(ctx, method, token), method, req, reply, cc, opts...)
-	}
-}
-
-func tokenStream(token string) grpc.StreamClientInterceptor {
-	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		return streamer(withToken(ctx, method, token), desc, cc, method, opts...)
-	}
 }
 
 // ReadTokenFile reads an admin token from a file (surrounding whitespace

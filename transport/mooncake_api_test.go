@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/lease"
@@ -17,8 +18,8 @@ import (
 // success paths and their errors (unknown key, wrong client, bad size,
 // leased object, draining segment).
 func TestMooncakeAPIOfToday(t *testing.T) {
-	one := ReplicateConfig{ReplicaNum: 1}
-	setup := func(t *testing.T) (*testBackend, *Client, context.Context) {
+	one := client.ReplicateConfig{ReplicaNum: 1}
+	setup := func(t *testing.T) (*testBackend, *client.Client, context.Context) {
 		b, addr := startNode(t)
 		c := dialT(t, addr)
 		ctx := ctxT(t, 10*time.Second)
@@ -35,9 +36,9 @@ func TestMooncakeAPIOfToday(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		run  func(t *testing.T, b *testBackend, c *Client, ctx context.Context)
+		run  func(t *testing.T, b *testBackend, c *client.Client, ctx context.Context)
 	}{
-		{"upsert overwrites in place and ends", func(t *testing.T, b *testBackend, c *Client, ctx context.Context) {
+		{"upsert overwrites in place and ends", func(t *testing.T, b *testBackend, c *client.Client, ctx context.Context) {
 			before, _, err := c.GetReplicaList(ctx, "k")
 			require.NoError(t, err)
 			descs, err := c.UpsertStart(ctx, "k", []uint64{100}, one, "c2")
@@ -50,7 +51,7 @@ func TestMooncakeAPIOfToday(t *testing.T) {
 			require.NoError(t, c.UpsertEnd(ctx, "k", "c2"))
 			require.NoError(t, c.UpsertEnd(ctx, "k", "c2"), "UpsertEnd is retried freely")
 		}},
-		{"upsert of an absent key, revoke, unknown key", func(t *testing.T, b *testBackend, c *Client, ctx context.Context) {
+		{"upsert of an absent key, revoke, unknown key", func(t *testing.T, b *testBackend, c *client.Client, ctx context.Context) {
 			_, err := c.UpsertStart(ctx, "new", []uint64{10}, one, "c1")
 			require.NoError(t, err)
 			require.NoError(t, c.UpsertRevoke(ctx, "new", "c1"))
@@ -59,15 +60,15 @@ func TestMooncakeAPIOfToday(t *testing.T) {
 			assert.False(t, ok)
 			requireCode(t, errcode.ObjectNotFound, c.UpsertEnd(ctx, "nope", "c1"))
 		}},
-		{"upsert errors: bad size, leased object", func(t *testing.T, b *testBackend, c *Client, ctx context.Context) {
+		{"upsert errors: bad size, leased object", func(t *testing.T, b *testBackend, c *client.Client, ctx context.Context) {
 			_, err := c.UpsertStart(ctx, "k", []uint64{0}, one, "c1")
 			requireCode(t, errcode.InvalidParams, err)
 			lease(t, b, "k")
 			_, err = c.UpsertStart(ctx, "k", []uint64{100}, one, "c1")
 			requireCode(t, errcode.ObjectReplicaBusy, err)
 		}},
-		{"batch upsert", func(t *testing.T, b *testBackend, c *Client, ctx context.Context) {
-			rs, err := c.BatchUpsertStart(ctx, []PutStartItem{{"k", []uint64{300}, one, "c1"}, {"x", []uint64{0}, one, "c1"}})
+		{"batch upsert", func(t *testing.T, b *testBackend, c *client.Client, ctx context.Context) {
+			rs, err := c.BatchUpsertStart(ctx, []client.PutStartItem{{Key: "k", SliceLengths: []uint64{300}, Config: one, ClientID: "c1"}, {Key: "x", SliceLengths: []uint64{0}, Config: one, ClientID: "c1"}})
 			require.NoError(t, err)
 			require.Len(t, rs, 2)
 			require.NoError(t, rs[0].Err)
@@ -79,13 +80,13 @@ func TestMooncakeAPIOfToday(t *testing.T) {
 			got, _, err := c.GetReplicaList(ctx, "k")
 			require.NoError(t, err)
 			assert.Equal(t, uint64(300), got[0].Buffers[0].Size, "resized")
-			_, err = c.BatchUpsertStart(ctx, []PutStartItem{{"k", []uint64{300}, one, "c1"}})
+			_, err = c.BatchUpsertStart(ctx, []client.PutStartItem{{Key: "k", SliceLengths: []uint64{300}, Config: one, ClientID: "c1"}})
 			require.NoError(t, err)
 			errs, err = c.BatchUpsertRevoke(ctx, "c1", []string{"k"})
 			require.NoError(t, err)
 			require.NoError(t, errs[0])
 		}},
-		{"batch remove", func(t *testing.T, b *testBackend, c *Client, ctx context.Context) {
+		{"batch remove", func(t *testing.T, b *testBackend, c *client.Client, ctx context.Context) {
 			_, err := c.PutStart(ctx, "l", []uint64{10}, one, "c1")
 			require.NoError(t, err)
 			require.NoError(t, c.PutEnd(ctx, "l", "c1"))
@@ -100,10 +101,10 @@ func TestMooncakeAPIOfToday(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, errs[0], "forced")
 		}},
-		{"graceful unmount and segment status", func(t *testing.T, b *testBackend, c *Client, ctx context.Context) {
+		{"graceful unmount and segment status", func(t *testing.T, b *testBackend, c *client.Client, ctx context.Context) {
 			st, err := c.QuerySegmentStatus(ctx, "name-s1", false)
 			require.NoError(t, err)
-			assert.Equal(t, SegmentStatus{State: "OK", Segment: seg("s1", 1<<30), ClientID: "c1", UsedBytes: 100, Objects: 1}, st)
+			assert.Equal(t, client.SegmentStatus{State: "OK", Segment: seg("s1", 1<<30), ClientID: "c1", UsedBytes: 100, Objects: 1}, st)
 			byID, err := c.QuerySegmentStatus(ctx, "s1", true)
 			require.NoError(t, err)
 			assert.Equal(t, st, byID)
@@ -117,7 +118,7 @@ func TestMooncakeAPIOfToday(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, "GRACEFULLY_UNMOUNTING", st.State)
 			assert.Positive(t, st.DrainUntilMs)
-			descs, err := c.PutStart(ctx, "m", []uint64{10}, ReplicateConfig{ReplicaNum: 1, PreferredSegment: "name-s1"}, "c1")
+			descs, err := c.PutStart(ctx, "m", []uint64{10}, client.ReplicateConfig{ReplicaNum: 1, PreferredSegment: "name-s1"}, "c1")
 			require.NoError(t, err)
 			assert.Equal(t, "name-s2", descs[0].Buffers[0].SegmentName, "a draining segment takes no allocation")
 			all, err := c.ListSegments(ctx)
@@ -125,7 +126,7 @@ func TestMooncakeAPIOfToday(t *testing.T) {
 			require.Len(t, all, 2)
 			assert.Equal(t, []string{"s1", "s2"}, []string{all[0].Segment.ID, all[1].Segment.ID})
 		}},
-		{"service ready and the view version", func(t *testing.T, b *testBackend, c *Client, ctx context.Context) {
+		{"service ready and the view version", func(t *testing.T, b *testBackend, c *client.Client, ctx context.Context) {
 			v, err := c.ServiceReady(ctx)
 			require.NoError(t, err)
 			assert.NotEmpty(t, v)

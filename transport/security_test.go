@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/transport/certgen"
@@ -21,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // pki is a CA with a server and a client certificate, plus the bad
@@ -69,7 +71,8 @@ func startNodeWith(t *testing.T, cfg ServerConfig, opts ...grpc.ServerOption) (*
 	require.NoError(t, err)
 	lis := &trackingListener{Listener: l}
 	b := &testBackend{lis: lis, f: fsm.New()}
-	srv := NewServerWithConfig(b, cfg, opts...)
+	cfg.Admin = b
+	srv := NewServer(b, cfg, opts...)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -82,11 +85,11 @@ func startNodeWith(t *testing.T, cfg ServerConfig, opts ...grpc.ServerOption) (*
 	return b, l.Addr().String()
 }
 
-func tlsClient(t *testing.T, files TLSFiles, addr string) *Client {
+func tlsClient(t *testing.T, files TLSFiles, addr string) *client.Client {
 	t.Helper()
 	tc, err := files.ClientConfig()
 	require.NoError(t, err)
-	c, err := Dial(ClientConfig{Endpoints: []string{addr}, TLS: tc, MaxBackoff: 100 * time.Millisecond})
+	c, err := client.Dial(client.Config{Endpoints: []string{addr}, TLS: tc, MaxBackoff: 100 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -107,7 +110,7 @@ func TestGRPCMutualTLS(t *testing.T) {
 	require.NoError(t, err, "a client with a certificate of the CA is served")
 	require.EqualValues(t, 1, b.pings.Load())
 
-	refused := map[string]*Client{
+	refused := map[string]*client.Client{
 		"no certificate":      tlsClient(t, TLSFiles{CA: p.ca}, addr),
 		"another CA":          tlsClient(t, p.other, addr),
 		"expired certificate": tlsClient(t, p.stale, addr),
@@ -282,7 +285,7 @@ func TestAdminToken(t *testing.T) {
 	assert.Zero(t, b.proposes.Load(), "no refused admin call reached the backend")
 
 	// Data RPCs need no token.
-	_, err = anon.PutStart(ctx, "k", []uint64{10}, ReplicateConfig{ReplicaNum: 1}, "c1")
+	_, err = anon.PutStart(ctx, "k", []uint64{10}, client.ReplicateConfig{ReplicaNum: 1}, "c1")
 	require.NoError(t, err)
 	require.NoError(t, anon.PutEnd(ctx, "k", "c1"))
 	_, _, err = anon.GetReplicaList(ctx, "k")
@@ -290,14 +293,14 @@ func TestAdminToken(t *testing.T) {
 	_, err = anon.Status(ctx, addr)
 	require.NoError(t, err, "Status is not an admin RPC")
 
-	wrong, err := Dial(ClientConfig{Endpoints: []string{addr}, AdminToken: "guess"})
+	wrong, err := client.Dial(client.Config{Endpoints: []string{addr}, AdminToken: "guess"})
 	require.NoError(t, err)
 	defer wrong.Close()
 	_, err = wrong.Members(ctx)
 	requireCode(t, errcode.PermissionDenied, err)
 	assert.Contains(t, err.Error(), "wrong")
 
-	admin, err := Dial(ClientConfig{Endpoints: []string{addr}, AdminToken: "s3cret"})
+	admin, err := client.Dial(client.Config{Endpoints: []string{addr}, AdminToken: "s3cret"})
 	require.NoError(t, err)
 	defer admin.Close()
 	ms, err := admin.Members(ctx)
@@ -337,12 +340,12 @@ func TestReadTokenFile(t *testing.T) {
 // the client reports INVALID_PARAMS naming the limit, for a write too (it
 // was certainly not applied).
 func TestServerMessageLimit(t *testing.T) {
-	b, addr := startNodeWith(t, ServerConfig{Limits: Limits{MaxMessageBytes: MinMessageBytes}})
+	b, addr := startNodeWith(t, ServerConfig{Limits: Limits{MaxMessageBytes: moonraftpb.MinMessageBytes}})
 	c := dialT(t, addr)
 	ctx := ctxT(t, 10*time.Second)
-	items := make([]PutStartItem, 2500) // about 2.5 MB: over the server's 2 MiB, within the client's 16 MiB
+	items := make([]client.PutStartItem, 2500) // about 2.5 MB: over the server's 2 MiB, within the client's 16 MiB
 	for i := range items {
-		items[i] = PutStartItem{Key: fmt.Sprintf("%04d-%s", i, strings.Repeat("k", 1000)), SliceLengths: []uint64{1}, Config: ReplicateConfig{ReplicaNum: 1}, ClientID: "c1"}
+		items[i] = client.PutStartItem{Key: fmt.Sprintf("%04d-%s", i, strings.Repeat("k", 1000)), SliceLengths: []uint64{1}, Config: client.ReplicateConfig{ReplicaNum: 1}, ClientID: "c1"}
 	}
 	_, err := c.BatchPutStart(ctx, items)
 	requireCode(t, errcode.InvalidParams, err)
@@ -357,13 +360,13 @@ func TestServerMessageLimit(t *testing.T) {
 	assert.Zero(t, b.proposes.Load())
 
 	// A client with a smaller cap refuses before sending.
-	small, err := Dial(ClientConfig{Endpoints: []string{addr}, MaxMessageBytes: MinMessageBytes})
+	small, err := client.Dial(client.Config{Endpoints: []string{addr}, MaxMessageBytes: moonraftpb.MinMessageBytes})
 	require.NoError(t, err)
 	defer small.Close()
 	_, err = small.BatchPutStart(ctx, items)
 	requireCode(t, errcode.InvalidParams, err)
-	assert.Contains(t, err.Error(), fmt.Sprintf("%d-byte message limit", MinMessageBytes))
-	_, err = Dial(ClientConfig{Endpoints: []string{addr}, MaxMessageBytes: 1 << 10})
+	assert.Contains(t, err.Error(), fmt.Sprintf("%d-byte message limit", moonraftpb.MinMessageBytes))
+	_, err = client.Dial(client.Config{Endpoints: []string{addr}, MaxMessageBytes: 1 << 10})
 	requireCode(t, errcode.InvalidParams, err)
 }
 
@@ -421,7 +424,7 @@ func TestInFlightCap(t *testing.T) {
 	require.NoError(t, err)
 	lis := &trackingListener{Listener: l}
 	b := &blockingBackend{testBackend: &testBackend{lis: lis, f: fsm.New()}, entered: make(chan struct{}, 8), release: make(chan struct{})}
-	srv := NewServerWithConfig(b, ServerConfig{Limits: Limits{MaxInFlightPerClient: 2}})
+	srv := NewServer(b, ServerConfig{Admin: b, Limits: Limits{MaxInFlightPerClient: 2}})
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
 	addr := l.Addr().String()
@@ -437,8 +440,11 @@ func TestInFlightCap(t *testing.T) {
 	<-b.entered
 	<-b.entered
 	// The raw answer, without the client's retries.
-	_, err = moonraftpb.NewMasterClient(c.conns[addr]).Ping(ctxT(t, 5*time.Second), &moonraftpb.PingRequest{ClientId: "busy"})
-	st := detailStatus(err)
+	raw, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer raw.Close()
+	_, err = moonraftpb.NewMasterClient(raw).Ping(ctxT(t, 5*time.Second), &moonraftpb.PingRequest{ClientId: "busy"})
+	st := moonraftpb.DetailStatus(err)
 	require.NotNil(t, st, "%v", err)
 	assert.Equal(t, int32(errcode.TooManyRequests), st.GetCode())
 	assert.True(t, st.GetRetryable())

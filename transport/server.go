@@ -7,6 +7,7 @@ import (
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/buildinfo"
+	"github.com/moonraft/moonraft/service"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,32 +15,19 @@ import (
 )
 
 const (
-	// MaxMessageBytes is the default cap of one gRPC message each way, on
-	// the server and in the client (Limits.MaxMessageBytes). A key is at
-	// most 4 KiB, so only a huge batch or by-regex answer comes near it.
-	MaxMessageBytes = 16 << 20
 	// MaxBatch is the default of the most items one batch RPC may carry
 	// (Limits.MaxBatch).
 	MaxBatch = 10000
-	// SnapshotChunkBytes is the largest data of one SnapshotChunk.
-	SnapshotChunkBytes = 1 << 20
 
 	// streamWorkers serve requests on goroutines that keep their stacks;
 	// idle ones cost a few KiB each.
 	streamWorkers = 128
 )
 
-// NewServer returns a gRPC server serving moonraft.v1.Master from b with
-// the default limits and no admin token; opts come after the defaults, so
-// they may override them.
-func NewServer(b Backend, opts ...grpc.ServerOption) *grpc.Server {
-	return NewServerWithConfig(b, ServerConfig{}, opts...)
-}
-
-// NewServerWithConfig returns a gRPC server serving moonraft.v1.Master from
-// b, with cfg's limits, admin token and metrics hook; opts (TLS credentials,
-// say) come after the defaults.
-func NewServerWithConfig(b Backend, cfg ServerConfig, opts ...grpc.ServerOption) *grpc.Server {
+// NewServer returns a gRPC server serving moonraft.v1.Master from d, with
+// cfg's admin backend, limits, admin token and metrics hook; opts (TLS
+// credentials, say) come after the defaults, so they may override them.
+func NewServer(d service.Data, cfg ServerConfig, opts ...grpc.ServerOption) *grpc.Server {
 	g := newGuard(cfg)
 	lim := g.cfg.Limits
 	opts = append([]grpc.ServerOption{
@@ -52,17 +40,22 @@ func NewServerWithConfig(b Backend, cfg ServerConfig, opts ...grpc.ServerOption)
 		grpc.ChainUnaryInterceptor(g.unary),
 		grpc.ChainStreamInterceptor(g.stream),
 	}, opts...)
+	a := cfg.Admin
+	if a == nil {
+		a = noAdmin{role: d.Progress().Role}
+	}
 	s := grpc.NewServer(opts...)
-	moonraftpb.RegisterMasterServer(s, &server{b: b, lim: lim})
+	moonraftpb.RegisterMasterServer(s, &server{b: d, a: a, lim: lim})
 	return s
 }
 
-// server turns requests into fsm commands or Backend reads. Argument checks
+// server turns requests into fsm commands or service reads. Argument checks
 // are the FSM's (authoritative, and the same on every node); the server only
 // checks what the FSM never sees, such as the length of a batch.
 type server struct {
 	moonraftpb.UnimplementedMasterServer
-	b   Backend
+	b   service.Data
+	a   service.Admin
 	lim Limits
 }
 
@@ -95,7 +88,7 @@ func (s *server) getReplicaList(ctx context.Context, key string) *moonraftpb.Get
 	rs, g, err := s.b.GetReplicaList(ctx, key)
 	resp := &moonraftpb.GetReplicaListResponse{Status: statusOf(err)}
 	if err == nil {
-		resp.Replicas, resp.LeaseUntilMs = replicasToPB(rs), g.UntilMs
+		resp.Replicas, resp.LeaseUntilMs = moonraftpb.ReplicasToPB(rs), g.UntilMs
 	}
 	return resp
 }
@@ -119,7 +112,7 @@ func (s *server) BatchGetReplicaList(ctx context.Context, req *moonraftpb.BatchG
 	for _, r := range rs {
 		gr := &moonraftpb.GetReplicaListResponse{Status: statusOf(r.Err)}
 		if r.Found {
-			gr.Replicas, gr.LeaseUntilMs = replicasToPB(r.Replicas), r.Grant.UntilMs
+			gr.Replicas, gr.LeaseUntilMs = moonraftpb.ReplicasToPB(r.Replicas), r.Grant.UntilMs
 		}
 		resp.Results = append(resp.Results, gr)
 	}
@@ -148,7 +141,7 @@ func (s *server) GetReplicaListByRegex(ctx context.Context, req *moonraftpb.GetR
 	objs, err := s.b.GetReplicaListByRegex(ctx, req.GetRegex())
 	resp := &moonraftpb.GetReplicaListByRegexResponse{Status: statusOf(err)}
 	for _, o := range objs {
-		resp.Objects = append(resp.Objects, &moonraftpb.KeyReplicas{Key: o.Key, Replicas: replicasToPB(o.Replicas), LeaseUntilMs: o.Grant.UntilMs})
+		resp.Objects = append(resp.Objects, &moonraftpb.KeyReplicas{Key: o.Key, Replicas: moonraftpb.ReplicasToPB(o.Replicas), LeaseUntilMs: o.Grant.UntilMs})
 	}
 	return resp, nil
 }
@@ -159,7 +152,7 @@ func (s *server) PutStart(ctx context.Context, req *moonraftpb.PutStartRequest) 
 
 func (s *server) putStart(ctx context.Context, req *moonraftpb.PutStartRequest) *moonraftpb.PutStartResponse {
 	r, st := s.propose(ctx, s.putStartCmd(req))
-	return &moonraftpb.PutStartResponse{Status: st, Replicas: replicasToPB(r.Replicas)}
+	return &moonraftpb.PutStartResponse{Status: st, Replicas: moonraftpb.ReplicasToPB(r.Replicas)}
 }
 
 func (s *server) putStartCmd(req *moonraftpb.PutStartRequest) *fsm.PutStart {
@@ -208,7 +201,7 @@ func (s *server) BatchPutStart(ctx context.Context, req *moonraftpb.BatchPutStar
 
 func (s *server) UpsertStart(ctx context.Context, req *moonraftpb.PutStartRequest) (*moonraftpb.PutStartResponse, error) {
 	r, st := s.propose(ctx, &fsm.UpsertStart{PutStart: *s.putStartCmd(req)})
-	return &moonraftpb.PutStartResponse{Status: st, Replicas: replicasToPB(r.Replicas)}, nil
+	return &moonraftpb.PutStartResponse{Status: st, Replicas: moonraftpb.ReplicasToPB(r.Replicas)}, nil
 }
 
 // UpsertEnd and UpsertRevoke are PutEnd and PutRevoke, as in Mooncake.
@@ -242,7 +235,7 @@ func (s *server) batchPutStart(ctx context.Context, req *moonraftpb.BatchPutStar
 	top, rs := s.proposeBatch(ctx, cmds)
 	resp := &moonraftpb.BatchPutStartResponse{Status: top}
 	for _, r := range rs {
-		resp.Results = append(resp.Results, &moonraftpb.PutStartResponse{Status: statusOf(r.Err), Replicas: replicasToPB(r.Replicas)})
+		resp.Results = append(resp.Results, &moonraftpb.PutStartResponse{Status: statusOf(r.Err), Replicas: moonraftpb.ReplicasToPB(r.Replicas)})
 	}
 	return resp
 }
@@ -318,14 +311,14 @@ func (s *server) RemoveAll(ctx context.Context, req *moonraftpb.RemoveAllRequest
 }
 
 func (s *server) MountSegment(ctx context.Context, req *moonraftpb.MountSegmentRequest) (*moonraftpb.MountSegmentResponse, error) {
-	_, st := s.propose(ctx, &fsm.MountSegment{NowMs: s.b.Now(), ClientID: req.GetClientId(), Segment: segmentFromPB(req.GetSegment())})
+	_, st := s.propose(ctx, &fsm.MountSegment{NowMs: s.b.Now(), ClientID: req.GetClientId(), Segment: moonraftpb.SegmentFromPB(req.GetSegment())})
 	return &moonraftpb.MountSegmentResponse{Status: st}, nil
 }
 
 func (s *server) ReMountSegment(ctx context.Context, req *moonraftpb.ReMountSegmentRequest) (*moonraftpb.ReMountSegmentResponse, error) {
 	segs := make([]fsm.SegmentSpec, len(req.GetSegments()))
 	for i, sg := range req.GetSegments() {
-		segs[i] = segmentFromPB(sg)
+		segs[i] = moonraftpb.SegmentFromPB(sg)
 	}
 	_, st := s.propose(ctx, &fsm.RemountSegments{NowMs: s.b.Now(), ClientID: req.GetClientId(), Segments: segs})
 	return &moonraftpb.ReMountSegmentResponse{Status: st}, nil
@@ -382,33 +375,33 @@ func (s *server) Ping(ctx context.Context, req *moonraftpb.PingRequest) (*moonra
 
 func (s *server) Status(_ context.Context, req *moonraftpb.StatusRequest) (*moonraftpb.StatusResponse, error) {
 	if req.GetSkipDigests() {
-		return &moonraftpb.StatusResponse{Status: statusOf(nil), Node: s.b.Progress()}, nil
+		return &moonraftpb.StatusResponse{Status: statusOf(nil), Node: NodeStatusPB(s.b.Progress())}, nil
 	}
-	return &moonraftpb.StatusResponse{Status: statusOf(nil), Node: s.b.Status()}, nil
+	return &moonraftpb.StatusResponse{Status: statusOf(nil), Node: NodeStatusPB(s.b.Status())}, nil
 }
 
 func (s *server) Members(ctx context.Context, _ *moonraftpb.MembersRequest) (*moonraftpb.MembersResponse, error) {
-	ms, err := s.b.Members(ctx)
-	return &moonraftpb.MembersResponse{Status: statusOf(err), Members: ms}, nil
+	ms, err := s.a.Members(ctx)
+	return &moonraftpb.MembersResponse{Status: statusOf(err), Members: membersPB(ms)}, nil
 }
 
 func (s *server) AddVoter(ctx context.Context, req *moonraftpb.AddVoterRequest) (*moonraftpb.AddVoterResponse, error) {
-	return &moonraftpb.AddVoterResponse{Status: statusOf(s.b.AddVoter(ctx, req.GetId(), req.GetRaftAddr(), req.GetGrpcAddr()))}, nil
+	return &moonraftpb.AddVoterResponse{Status: statusOf(s.a.AddVoter(ctx, req.GetId(), req.GetRaftAddr(), req.GetGrpcAddr()))}, nil
 }
 
 func (s *server) RemoveServer(ctx context.Context, req *moonraftpb.RemoveServerRequest) (*moonraftpb.RemoveServerResponse, error) {
-	return &moonraftpb.RemoveServerResponse{Status: statusOf(s.b.RemoveServer(ctx, req.GetId()))}, nil
+	return &moonraftpb.RemoveServerResponse{Status: statusOf(s.a.RemoveServer(ctx, req.GetId()))}, nil
 }
 
 func (s *server) TransferLeadership(ctx context.Context, req *moonraftpb.TransferLeadershipRequest) (*moonraftpb.TransferLeadershipResponse, error) {
-	return &moonraftpb.TransferLeadershipResponse{Status: statusOf(s.b.TransferLeadership(ctx, req.GetId()))}, nil
+	return &moonraftpb.TransferLeadershipResponse{Status: statusOf(s.a.TransferLeadership(ctx, req.GetId()))}, nil
 }
 
 func (s *server) SnapshotSave(_ *moonraftpb.SnapshotSaveRequest, stream moonraftpb.Master_SnapshotSaveServer) error {
 	// bufio gathers the backend's small writes into chunks of up to
-	// SnapshotChunkBytes; chunkWriter splits the large ones bufio passes on.
-	bw := bufio.NewWriterSize(chunkWriter{stream}, SnapshotChunkBytes)
-	err := s.b.SnapshotSave(stream.Context(), bw)
+	// moonraftpb.SnapshotChunkBytes; chunkWriter splits the large ones bufio passes on.
+	bw := bufio.NewWriterSize(chunkWriter{stream}, moonraftpb.SnapshotChunkBytes)
+	err := s.a.SnapshotSave(stream.Context(), bw)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -419,7 +412,7 @@ func (s *server) SnapshotSave(_ *moonraftpb.SnapshotSaveRequest, stream moonraft
 }
 
 func (s *server) SnapshotRestore(stream moonraftpb.Master_SnapshotRestoreServer) error {
-	err := s.b.SnapshotRestore(stream.Context(), &chunkReader{stream: stream})
+	err := s.a.SnapshotRestore(stream.Context(), &chunkReader{stream: stream})
 	var st *moonraftpb.Status
 	if err != nil {
 		st = writeStatusOf(err)
@@ -456,12 +449,12 @@ type chunkWriter struct {
 	stream moonraftpb.Master_SnapshotSaveServer
 }
 
-// Write sends p in chunks of at most SnapshotChunkBytes. Send marshals
+// Write sends p in chunks of at most moonraftpb.SnapshotChunkBytes. Send marshals
 // before it returns, so the caller may reuse p.
 func (w chunkWriter) Write(p []byte) (int, error) {
 	n := 0
 	for len(p) > 0 {
-		c := min(len(p), SnapshotChunkBytes)
+		c := min(len(p), moonraftpb.SnapshotChunkBytes)
 		if err := w.stream.Send(&moonraftpb.SnapshotChunk{Data: p[:c]}); err != nil {
 			return n, err
 		}

@@ -13,17 +13,18 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/etcdfollower"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/child"
 	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/internal/listflag"
 	"github.com/moonraft/moonraft/lease"
-	"github.com/moonraft/moonraft/node"
 	"github.com/moonraft/moonraft/oplog"
+	"github.com/moonraft/moonraft/service"
 	"github.com/moonraft/moonraft/transport"
-	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
 // The baselines: the source notes' design, state in memory on a primary
@@ -44,7 +45,6 @@ var baselineModes = map[string]bool{baselineSync: false, baselineAsync: true} //
 // once a second in both modes. It serves the same gRPC API as moonraft, so
 // the same workload drives it.
 type rawPrimary struct {
-	transport.NoAdmin
 	mu      sync.RWMutex
 	f       *fsm.FSM
 	store   *etcdbridge.Store // nil: a promoted standby, which exports nothing
@@ -77,7 +77,7 @@ func (a *ackTracker) ack(seq uint64) uint64 {
 }
 
 func newRawPrimary(store *etcdbridge.Store, async bool) *rawPrimary {
-	p := &rawPrimary{NoAdmin: transport.NoAdmin{Err: errcode.New(errcode.UnavailableInCurrentMode, "not part of the baseline")}, f: fsm.New(), store: store,
+	p := &rawPrimary{f: fsm.New(), store: store,
 		batcher: lease.NewBatcher(0, 0, nil), acks: ackTracker{acked: map[uint64]bool{}}, async: async, kick: make(chan struct{}, 1)}
 	params := fsm.DefaultParams()
 	params.ExportRingCap = 1 << 40 // the ring only holds what is being written
@@ -193,7 +193,7 @@ func (p *rawPrimary) ViewVersion() uint64 { return 0 }
 func (p *rawPrimary) SegmentStatus(_ context.Context, ref string, byName bool) ([]fsm.SegmentStatus, error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return transport.SegmentStatusOf(p.f, ref, byName)
+	return service.SegmentStatusOf(p.f, ref, byName)
 }
 
 func (p *rawPrimary) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
@@ -240,11 +240,11 @@ func (p *rawPrimary) ExistKey(_ context.Context, key string) (bool, fsm.Grant, e
 // Batch reads take the lock per key, as the Mooncake master's batch reads
 // call its single reads.
 func (p *rawPrimary) BatchGetReplicaList(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
-	return transport.BatchGetByKey(ctx, keys, p.GetReplicaList)
+	return service.BatchGetByKey(ctx, keys, p.GetReplicaList)
 }
 
 func (p *rawPrimary) BatchExistKey(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
-	return transport.BatchExistByKey(ctx, keys, p.ExistKey)
+	return service.BatchExistByKey(ctx, keys, p.ExistKey)
 }
 
 // inheritedObject is key's object as a promoted standby followed it, when
@@ -272,16 +272,16 @@ func (p *rawPrimary) Ping(_ context.Context, clientID string) (bool, error) {
 	return !ok, nil
 }
 
-func (p *rawPrimary) Progress() *moonraftpb.NodeStatus { return p.Status() }
+func (p *rawPrimary) Progress() *service.NodeStatus { return p.Status() }
 
-func (p *rawPrimary) Status() *moonraftpb.NodeStatus {
+func (p *rawPrimary) Status() *service.NodeStatus {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	st := p.f.Stats()
-	return &moonraftpb.NodeStatus{Id: "primary", Role: "leader", Promoted: true, AppliedSeq: st.AppliedSeq, Objects: uint64(st.Objects)}
+	return &service.NodeStatus{ID: "primary", Role: "leader", Promoted: true, AppliedSeq: st.AppliedSeq, Objects: uint64(st.Objects)}
 }
 
-var _ transport.Backend = (*rawPrimary)(nil)
+var _ service.Data = (*rawPrimary)(nil)
 
 // The baseline's primary and standbys each run in a process of their own,
 // as moonraft's nodes do: moonbench starts its own binary with one of these
@@ -309,7 +309,7 @@ func runBaselineProcess(role string, args []string) error {
 	if role == cmdBaselineStandby {
 		promote := make(chan os.Signal, 1)
 		signal.Notify(promote, syscall.SIGUSR1)
-		f, err := node.StartEtcdFollower(node.FollowerConfig{ID: "standby", GRPCAddr: *listen, Etcd: ecfg, Logger: hclog.NewNullLogger()})
+		f, err := etcdfollower.Start(etcdfollower.Config{ID: "standby", GRPCAddr: *listen, Etcd: ecfg, Logger: hclog.NewNullLogger()})
 		if err != nil {
 			return err
 		}
@@ -339,7 +339,7 @@ func runBaselineProcess(role string, args []string) error {
 // state of its own beside the followed objects, which it serves for reads,
 // and exports nothing: it exists to time the failover and to count the
 // acknowledged writes it does not have.
-func promoteStandby(ctx context.Context, f *node.EtcdFollower, ecfg etcdbridge.Config) (*rawPrimary, error) {
+func promoteStandby(ctx context.Context, f *etcdfollower.Server, ecfg etcdbridge.Config) (*rawPrimary, error) {
 	store, err := etcdbridge.Open(ecfg)
 	if err != nil {
 		return nil, err
@@ -371,7 +371,7 @@ func serveBaseline(ctx context.Context, p *rawPrimary, listen string) error {
 	if err != nil {
 		return err
 	}
-	srv := transport.NewServer(p)
+	srv := transport.NewServer(p, transport.ServerConfig{})
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { _ = srv.Serve(l) })
@@ -397,7 +397,7 @@ type baseline struct {
 	primary  *child.Proc
 	standbys []*child.Proc
 	addrs    []string // the primary's, then the standbys'
-	cl       *transport.Client
+	cl       *client.Client
 }
 
 func openBaseline(ctx context.Context, cfg config, mode string) (*baseline, error) {
@@ -436,7 +436,7 @@ func openBaseline(ctx context.Context, cfg config, mode string) (*baseline, erro
 			b.standbys = append(b.standbys, p)
 		}
 	}
-	if b.cl, err = transport.Dial(transport.ClientConfig{Endpoints: b.addrs[:1]}); err != nil {
+	if b.cl, err = client.Dial(client.Config{Endpoints: b.addrs[:1]}); err != nil {
 		b.close()
 		return nil, err
 	}
@@ -469,8 +469,8 @@ func retryUntil(ctx context.Context, within time.Duration, fn func(context.Conte
 	}
 }
 
-func (b *baseline) name() string              { return b.mode }
-func (b *baseline) client() *transport.Client { return b.cl }
+func (b *baseline) name() string           { return b.mode }
+func (b *baseline) client() *client.Client { return b.cl }
 func (b *baseline) etcd(ctx context.Context) etcdLoad {
 	l, _ := b.etcdP.load(ctx)
 	return l

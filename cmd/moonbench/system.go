@@ -15,18 +15,17 @@ import (
 	"sync"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
+	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/child"
 	"github.com/moonraft/moonraft/internal/freeport"
-	"github.com/moonraft/moonraft/transport"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // system is what a sweep runs against: moonraft, or the baseline.
 type system interface {
 	name() string
-	client() *transport.Client
+	client() *client.Client
 	// positions reports the leader's progress and each standby's, in the
 	// same unit (applied index, or OpLog seq), for replication lag.
 	positions(ctx context.Context) (leader uint64, standbys []uint64, err error)
@@ -50,12 +49,12 @@ type etcdLoad struct {
 
 // remoteCluster is a running cluster given by --endpoints.
 type remoteCluster struct {
-	cl        *transport.Client
+	cl        *client.Client
 	endpoints []string
 }
 
 func (r *remoteCluster) name() string                  { return "moonraft" }
-func (r *remoteCluster) client() *transport.Client     { return r.cl }
+func (r *remoteCluster) client() *client.Client        { return r.cl }
 func (r *remoteCluster) etcd(context.Context) etcdLoad { return etcdLoad{} }
 func (r *remoteCluster) close()                        { r.cl.Close() }
 
@@ -71,7 +70,7 @@ func (r *remoteCluster) exportBacklog(ctx context.Context) (uint64, error) {
 
 // statusBacklog is the promoted leader's applied OpLog seq minus the seq
 // it has written to etcd.
-func statusBacklog(ctx context.Context, cl *transport.Client, endpoints []string) (uint64, error) {
+func statusBacklog(ctx context.Context, cl *client.Client, endpoints []string) (uint64, error) {
 	for _, ep := range endpoints {
 		st, err := cl.Progress(ctx, ep)
 		if err == nil && st.Role == "leader" && st.Promoted {
@@ -86,7 +85,7 @@ func statusBacklog(ctx context.Context, cl *transport.Client, endpoints []string
 
 // statusPositions reads every node's applied index: the promoted leader's
 // and the others'.
-func statusPositions(ctx context.Context, cl *transport.Client, endpoints []string) (uint64, []uint64, error) {
+func statusPositions(ctx context.Context, cl *client.Client, endpoints []string) (uint64, []uint64, error) {
 	var leader uint64
 	var standbys []uint64
 	found := false
@@ -111,7 +110,7 @@ func statusPositions(ctx context.Context, cl *transport.Client, endpoints []stri
 // whose nodes run as v says.
 func openMoonraft(ctx context.Context, cfg config, v variant) (system, error) {
 	if !cfg.local {
-		cl, err := transport.Dial(transport.ClientConfig{Endpoints: cfg.endpoints})
+		cl, err := client.Dial(client.Config{Endpoints: cfg.endpoints})
 		if err != nil {
 			return nil, err
 		}
@@ -126,7 +125,7 @@ type localCluster struct {
 	v     variant
 	etcdP *etcdProc
 	procs []*proc
-	cl    *transport.Client
+	cl    *client.Client
 }
 
 type proc struct {
@@ -196,7 +195,7 @@ func startLocal(ctx context.Context, cfg config, v variant) (*localCluster, erro
 	for _, p := range lc.procs {
 		eps = append(eps, p.grpc)
 	}
-	if lc.cl, err = transport.Dial(transport.ClientConfig{Endpoints: eps, MaxBackoff: 100 * time.Millisecond}); err != nil {
+	if lc.cl, err = client.Dial(client.Config{Endpoints: eps, MaxBackoff: 100 * time.Millisecond}); err != nil {
 		lc.close()
 		return nil, err
 	}
@@ -266,7 +265,7 @@ func (lc *localCluster) name() string {
 	return n
 }
 
-func (lc *localCluster) client() *transport.Client { return lc.cl }
+func (lc *localCluster) client() *client.Client { return lc.cl }
 func (lc *localCluster) etcd(ctx context.Context) etcdLoad {
 	l, _ := lc.etcdP.load(ctx)
 	return l
@@ -318,7 +317,7 @@ func (lc *localCluster) close() {
 }
 
 // mountFor gives the benchmark's client room: a few large segments.
-func mountFor(ctx context.Context, cl *transport.Client, clientID string) ([]fsm.SegmentSpec, error) {
+func mountFor(ctx context.Context, cl *client.Client, clientID string) ([]fsm.SegmentSpec, error) {
 	var segs []fsm.SegmentSpec
 	for i := 0; i < 4; i++ {
 		s := fsm.SegmentSpec{ID: fmt.Sprintf("%s-s%d", clientID, i), Name: fmt.Sprintf("%s-host%d", clientID, i), Base: uint64(i) << 44, Size: 1 << 42}

@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
-	"github.com/moonraft/moonraft/transport"
 	"golang.org/x/term"
 )
 
@@ -43,7 +43,7 @@ var workloadByName = map[string]workload{
 // bench is the state one system's sweep shares between steps.
 type bench struct {
 	cfg   config
-	cl    *transport.Client
+	cl    *client.Client
 	segs  []fsm.SegmentSpec
 	keySq atomic.Int64
 	nonce string
@@ -64,8 +64,8 @@ func (b *bench) readKeys(rng *rand.Rand) []string {
 	return keys
 }
 
-func putPair(ctx context.Context, cl *transport.Client, key string, size uint64) error {
-	if _, err := cl.PutStart(ctx, key, []uint64{size}, transport.ReplicateConfig{ReplicaNum: 1}, benchClient); err != nil {
+func putPair(ctx context.Context, cl *client.Client, key string, size uint64) error {
+	if _, err := cl.PutStart(ctx, key, []uint64{size}, client.ReplicateConfig{ReplicaNum: 1}, benchClient); err != nil {
 		return err
 	}
 	return cl.PutEnd(ctx, key, benchClient)
@@ -97,11 +97,11 @@ func opMixed(ctx context.Context, b *bench, rng *rand.Rand) (int, error) {
 }
 
 func opBatchPut(ctx context.Context, b *bench, _ *rand.Rand) (int, error) {
-	items := make([]transport.PutStartItem, b.cfg.batch)
+	items := make([]client.PutStartItem, b.cfg.batch)
 	keys := make([]string, b.cfg.batch)
 	for i := range items {
 		keys[i] = b.newKey()
-		items[i] = transport.PutStartItem{Key: keys[i], SliceLengths: []uint64{4096}, Config: transport.ReplicateConfig{ReplicaNum: 1}, ClientID: benchClient}
+		items[i] = client.PutStartItem{Key: keys[i], SliceLengths: []uint64{4096}, Config: client.ReplicateConfig{ReplicaNum: 1}, ClientID: benchClient}
 	}
 	rs, err := b.cl.BatchPutStart(ctx, items)
 	if err != nil {
@@ -162,12 +162,12 @@ func prepareKeys(ctx context.Context, b *bench) error {
 	}
 	const batch = 500
 	for lo := 0; lo < b.cfg.keys; lo += batch {
-		var items []transport.PutStartItem
+		var items []client.PutStartItem
 		var keys []string
 		for i := lo; i < min(lo+batch, b.cfg.keys); i++ {
 			k := fmt.Sprintf("%s/read/%d", b.nonce, i)
 			keys = append(keys, k)
-			items = append(items, transport.PutStartItem{Key: k, SliceLengths: []uint64{4096}, Config: transport.ReplicateConfig{ReplicaNum: 1}, ClientID: benchClient})
+			items = append(items, client.PutStartItem{Key: k, SliceLengths: []uint64{4096}, Config: client.ReplicateConfig{ReplicaNum: 1}, ClientID: benchClient})
 		}
 		if _, err := b.cl.BatchPutStart(ctx, items); err != nil {
 			return err
@@ -637,7 +637,7 @@ type writeLoad struct {
 	wg        sync.WaitGroup
 }
 
-func startWriteLoad(ctx context.Context, b *bench, target func() *transport.Client) *writeLoad {
+func startWriteLoad(ctx context.Context, b *bench, target func() *client.Client) *writeLoad {
 	w := &writeLoad{}
 	lctx, stop := context.WithCancel(ctx)
 	w.stop = stop
@@ -670,7 +670,7 @@ func (w *writeLoad) abort() {
 
 // finish stops the writers and fills in res from what they recorded and
 // the kills, counting the acknowledged keys cl does not have.
-func (w *writeLoad) finish(ctx context.Context, cl *transport.Client, kills []time.Time, res *failoverResult) error {
+func (w *writeLoad) finish(ctx context.Context, cl *client.Client, kills []time.Time, res *failoverResult) error {
 	w.abort()
 	res.Kills += len(kills) // finish may run once per kill (a fresh baseline each)
 	res.Clients = failoverClients
@@ -686,11 +686,11 @@ func (w *writeLoad) finish(ctx context.Context, cl *transport.Client, kills []ti
 }
 
 // countMissing asks cl which of keys do not exist.
-func countMissing(ctx context.Context, cl *transport.Client, keys []string) (int, error) {
+func countMissing(ctx context.Context, cl *client.Client, keys []string) (int, error) {
 	missing := 0
 	for len(keys) > 0 {
 		n := min(len(keys), 1000)
-		var rs []transport.ExistResult
+		var rs []client.ExistResult
 		err := retryUntil(ctx, 10*time.Second, func(ctx context.Context) error {
 			var err error
 			rs, err = cl.BatchExistKey(ctx, keys[:n])
@@ -735,7 +735,7 @@ func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failov
 	kctx, kcancel := context.WithCancel(ctx)
 	keeper := b.cl.KeepAlive(kctx, benchClient, segs, 0)
 	defer func() { kcancel(); keeper.Stop() }()
-	load := startWriteLoad(ctx, b, func() *transport.Client { return b.cl })
+	load := startWriteLoad(ctx, b, func() *client.Client { return b.cl })
 	res := &failoverResult{System: lc.name()}
 	var kills []time.Time
 	for i := 0; i < cfg.failover && ctx.Err() == nil; i++ {
@@ -800,12 +800,12 @@ func baselineFailoverOnce(ctx context.Context, cfg config, mode string, res *fai
 	if _, err := mountFor(ctx, base.cl, benchClient); err != nil {
 		return err
 	}
-	promoted, err := transport.Dial(transport.ClientConfig{Endpoints: base.addrs[1:2]})
+	promoted, err := client.Dial(client.Config{Endpoints: base.addrs[1:2]})
 	if err != nil {
 		return err
 	}
 	defer promoted.Close()
-	var target atomic.Pointer[transport.Client]
+	var target atomic.Pointer[client.Client]
 	target.Store(base.cl)
 	load := startWriteLoad(ctx, b, target.Load)
 	time.Sleep(2 * time.Second)

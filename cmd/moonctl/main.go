@@ -18,6 +18,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	moonclient "github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/listflag"
@@ -33,7 +34,7 @@ func main() {
 type cli struct {
 	out, errOut io.Writer
 	json        bool
-	client      *transport.Client
+	client      *moonclient.Client
 	endpoints   []string
 }
 
@@ -74,7 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return c.fail(cmd, badUsage("give --admin-token-file or --admin-token, not both"))
 	}
 	c.endpoints = listflag.Split(*endpoints)
-	ccfg := transport.ClientConfig{Endpoints: c.endpoints, AdminToken: *token}
+	ccfg := moonclient.Config{Endpoints: c.endpoints, AdminToken: *token}
 	if *tokenFile != "" {
 		tok, err := transport.ReadTokenFile(*tokenFile)
 		if err != nil {
@@ -89,7 +90,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		ccfg.TLS = tc
 	}
-	client, err := transport.Dial(ccfg)
+	client, err := moonclient.Dial(ccfg)
 	if err != nil {
 		return c.fail(cmd, err)
 	}
@@ -324,7 +325,7 @@ func (c *cli) put(ctx context.Context, cmd string, args []string) error {
 	if cmd == "upsert" {
 		start, end = c.client.UpsertStart, c.client.UpsertEnd
 	}
-	descs, err := start(ctx, key, []uint64{size}, transport.ReplicateConfig{ReplicaNum: uint32(replicas), SoftPin: softPin}, client)
+	descs, err := start(ctx, key, []uint64{size}, moonclient.ReplicateConfig{ReplicaNum: uint32(replicas), SoftPin: softPin}, client)
 	if err != nil {
 		return err
 	}
@@ -483,14 +484,14 @@ func (c *cli) segmentStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var sts []transport.SegmentStatus
+	var sts []moonclient.SegmentStatus
 	switch len(pos) {
 	case 0:
 		sts, err = c.client.ListSegments(ctx)
 	case 1:
-		var st transport.SegmentStatus
+		var st moonclient.SegmentStatus
 		st, err = c.client.QuerySegmentStatus(ctx, pos[0], byID)
-		sts = []transport.SegmentStatus{st}
+		sts = []moonclient.SegmentStatus{st}
 	default:
 		return errArgs
 	}

@@ -1,9 +1,9 @@
 package main
 
 import (
+	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/oplog"
-	"github.com/moonraft/moonraft/transport"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
@@ -28,7 +28,7 @@ type objectJSON struct {
 	LeaseUntilMs int64               `json:"lease_until_ms"`
 }
 
-func objectsJSON(objs []transport.KeyReplicas) []objectJSON {
+func objectsJSON(objs []client.KeyReplicas) []objectJSON {
 	out := make([]objectJSON, len(objs))
 	for i, o := range objs {
 		out[i] = objectJSON{o.Key, o.Replicas, o.LeaseUntilMs}
@@ -63,7 +63,7 @@ type segmentJSON struct {
 	DrainUntilMs int64  `json:"drain_until_ms"`
 }
 
-func segmentsJSON(sts []transport.SegmentStatus) []segmentJSON {
+func segmentsJSON(sts []client.SegmentStatus) []segmentJSON {
 	out := make([]segmentJSON, len(sts))
 	for i, st := range sts {
 		out[i] = segmentJSON{st.Segment.ID, st.Segment.Name, st.ClientID, st.State, st.Segment.Base, st.Segment.Size, st.UsedBytes, st.Objects, st.DrainUntilMs}

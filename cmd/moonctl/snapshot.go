@@ -12,7 +12,7 @@ import (
 
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/internal/listflag"
-	"github.com/moonraft/moonraft/node"
+	"github.com/moonraft/moonraft/raftstore"
 	"github.com/moonraft/moonraft/snapshots"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
@@ -165,7 +165,7 @@ func (c *cli) snapshotInspect(args []string) error {
 
 func (c *cli) snapshotRestore(ctx context.Context, args []string) error {
 	var (
-		o         node.OfflineRestore
+		o         raftstore.OfflineRestore
 		offline   bool
 		peers     string
 		endpoints string
@@ -211,10 +211,10 @@ func (c *cli) snapshotRestore(ctx context.Context, args []string) error {
 		p.done()
 		return c.print(resultJSON{"restored"}, "restored: every node now holds the snapshot's state\n")
 	}
-	if o.Peers, err = node.ParsePeers(peers); err != nil {
+	if o.Peers, err = raftstore.ParsePeers(peers); err != nil {
 		return err
 	}
-	if o.LogStore, err = node.ParseLogStore(logStore); err != nil {
+	if o.LogStore, err = raftstore.ParseLogStore(logStore); err != nil {
 		return err
 	}
 	o.Etcd.Endpoints = listflag.Split(endpoints)

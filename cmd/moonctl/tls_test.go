@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/node"
+	"github.com/moonraft/moonraft/raftstore"
 	"github.com/moonraft/moonraft/transport"
 	"github.com/moonraft/moonraft/transport/certgen"
 	"github.com/stretchr/testify/assert"
@@ -44,7 +45,7 @@ func TestTLSAndAdminToken(t *testing.T) {
 
 	cfg := node.DefaultConfig()
 	cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.GRPCAddr = "n0", t.TempDir(), freeAddr(t), freeAddr(t)
-	cfg.Bootstrap, cfg.Peers = true, []node.Peer{{ID: "n0", RaftAddr: cfg.RaftAddr}}
+	cfg.Bootstrap, cfg.Peers = true, []raftstore.Peer{{ID: "n0", RaftAddr: cfg.RaftAddr}}
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 200*time.Millisecond, 200*time.Millisecond, 100*time.Millisecond
 	cfg.TLS = transport.TLSFiles{Cert: nodeCert, Key: nodeKey, CA: caFile}
 	cfg.AdminToken = "t0k3n"

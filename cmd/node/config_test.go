@@ -9,6 +9,7 @@ import (
 
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/node"
+	"github.com/moonraft/moonraft/raftstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -45,7 +46,7 @@ admin-token-file = "`+token+`"
 	assert.Equal(t, "n0", c.ID, "from the file")
 	assert.Equal(t, "/tmp/file-dir", c.DataDir)
 	assert.Equal(t, "10.0.0.1:7100", c.GRPCAddr, "grpc_addr is grpc-addr")
-	assert.Equal(t, []node.Peer{{ID: "n0", RaftAddr: "10.0.0.1:7200"}, {ID: "n1", RaftAddr: "10.0.0.2:7200"}}, c.Peers)
+	assert.Equal(t, []raftstore.Peer{{ID: "n0", RaftAddr: "10.0.0.1:7200"}, {ID: "n1", RaftAddr: "10.0.0.2:7200"}}, c.Peers)
 	assert.Equal(t, 100, c.Limits.MaxBatch)
 	assert.Equal(t, uint64(900_000), c.Params.HighWatermarkPPM)
 	assert.Equal(t, "tok", c.AdminToken)
@@ -133,12 +134,12 @@ func TestEtcdTLSDefaultsToNodeTLS(t *testing.T) {
 func TestRaftLogStoreFlag(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
-		want node.LogStore
+		want raftstore.LogStore
 		err  string
 	}{
 		{nil, "", ""},
-		{[]string{"--raft-log-store", "boltdb"}, node.LogStoreBoltDB, ""},
-		{[]string{"--raft-log-store=wal"}, node.LogStoreWAL, ""},
+		{[]string{"--raft-log-store", "boltdb"}, raftstore.LogStoreBoltDB, ""},
+		{[]string{"--raft-log-store=wal"}, raftstore.LogStoreWAL, ""},
 		{[]string{"--raft-log-store", "rocksdb"}, "", "want wal or boltdb"},
 	} {
 		o, err := parseArgs(append([]string{"--id", "n0", "--data-dir", t.TempDir()}, tc.args...))

@@ -22,7 +22,9 @@ import (
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/internal/listflag"
 	"github.com/moonraft/moonraft/node"
+	"github.com/moonraft/moonraft/raftstore"
 	"github.com/moonraft/moonraft/transport"
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
 func main() {
@@ -119,7 +121,7 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	fs.StringVar(&cfg.TLS.ServerName, "tls-server-name", "", "name to verify in peers' certificates instead of the address dialled (e.g. one name shared by all nodes)")
 	fs.BoolVar(&cfg.HTTPTLS, "http-tls", false, "serve --http-addr over TLS with --tls-cert (client certificates checked if presented, not required)")
 	tokenFile := fs.String("admin-token-file", "", "file holding the token admin RPCs must carry (members, leadership, snapshots, RemoveAll); empty: no admin auth")
-	fs.IntVar(&cfg.Limits.MaxMessageBytes, "max-message-bytes", transport.MaxMessageBytes, "largest gRPC message accepted or sent (at least 2 MiB)")
+	fs.IntVar(&cfg.Limits.MaxMessageBytes, "max-message-bytes", moonraftpb.MaxMessageBytes, "largest gRPC message accepted or sent (at least 2 MiB)")
 	fs.IntVar(&cfg.Limits.MaxBatch, "max-batch", transport.MaxBatch, "most keys or items in one batch RPC")
 	fs.IntVar(&cfg.Limits.MaxRegexLen, "max-regex-len", 4096, "longest regex of GetReplicaListByRegex and RemoveByRegex (at most 4096)")
 	fs.IntVar(&cfg.Limits.MaxInFlightPerClient, "max-in-flight-per-client", transport.DefaultMaxInFlightPerClient, "requests one client (client id, else connection) may have in progress at once; -1: no cap")
@@ -159,7 +161,7 @@ func (o *options) finish(a finishArgs) error {
 	cfg := &o.cfg
 	o.dev, o.followEtcd, o.followSnapshot = a.dev, a.followEtcd, a.followSnapshot
 	cfg.ReadMode = node.ReadMode(a.readMode)
-	ls, err := node.ParseLogStore(a.logStore)
+	ls, err := raftstore.ParseLogStore(a.logStore)
 	if err != nil {
 		return err
 	}
@@ -188,10 +190,10 @@ func (o *options) finish(a finishArgs) error {
 			return err
 		}
 	}
-	if cfg.Peers, err = node.ParsePeers(a.peers); err != nil {
+	if cfg.Peers, err = raftstore.ParsePeers(a.peers); err != nil {
 		return err
 	}
-	dials, err := node.ParsePeers(a.raftDial)
+	dials, err := raftstore.ParsePeers(a.raftDial)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,9 @@ import (
 
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/etcdfollower"
 	"github.com/moonraft/moonraft/node"
+	"github.com/moonraft/moonraft/raftstore"
 )
 
 // etcdTLS builds the etcd client's TLS config from PEM files; nil when none
@@ -86,7 +88,7 @@ func devMode(cfg *node.Config) (func(), error) {
 	}
 	cfg.DataDir = dir + "/raft"
 	cfg.Bootstrap = true
-	cfg.Peers = []node.Peer{{ID: cfg.ID, RaftAddr: cfg.RaftAddr}}
+	cfg.Peers = []raftstore.Peer{{ID: cfg.ID, RaftAddr: cfg.RaftAddr}}
 	cfg.Etcd.Endpoints = e.Endpoints()
 	fmt.Printf("==> moonraft dev mode: one node and an embedded etcd, data in %s (removed on exit)\n", dir)
 	fmt.Printf("    gRPC: %s\n    Raft: %s\n    etcd: %s\n", cfg.GRPCAddr, cfg.RaftAddr, strings.Join(e.Endpoints(), ","))
@@ -109,7 +111,7 @@ func follow(ctx context.Context, cfg node.Config, snapshot string) error {
 	if id == "" {
 		id = "etcd-follower"
 	}
-	f, err := node.StartEtcdFollower(node.FollowerConfig{ID: id, GRPCAddr: cfg.GRPCAddr, Etcd: cfg.Etcd, Snapshot: snapshot,
+	f, err := etcdfollower.Start(etcdfollower.Config{ID: id, GRPCAddr: cfg.GRPCAddr, Etcd: cfg.Etcd, Snapshot: snapshot,
 		TLS: cfg.TLS, Limits: cfg.Limits, Logger: cfg.Logger})
 	if err != nil {
 		return err
@@ -130,7 +132,7 @@ func runMigrateLogStore(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ls, err := node.ParseLogStore(*to)
+	ls, err := raftstore.ParseLogStore(*to)
 	switch {
 	case err != nil:
 		return err
@@ -139,7 +141,7 @@ func runMigrateLogStore(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	n, err := node.MigrateLogStore(ctx, *dir, ls)
+	n, err := raftstore.MigrateLogStore(ctx, *dir, ls)
 	if err != nil {
 		return err
 	}

@@ -14,13 +14,12 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/rs/zerolog"
-
+	moonclient "github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/internal/child"
 	"github.com/moonraft/moonraft/internal/freeport"
-	"github.com/moonraft/moonraft/transport"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
+	"github.com/rs/zerolog"
 )
 
 // repoRoot is the module root, found from this file so tests run from any
@@ -160,7 +159,7 @@ type cluster struct {
 	raftLinks map[[2]int]*link // [from, to]: connections from dials to
 	etcdLinks []*link          // node i → etcd
 
-	admin   *transport.Client
+	admin   *moonclient.Client
 	store   *etcdbridge.Store // direct view of etcd
 	log     func(format string, args ...any)
 	mounted []string // tmpfs mounts to undo
@@ -266,7 +265,7 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 	for _, p := range c.nodes {
 		eps = append(eps, p.grpcAddr)
 	}
-	if c.admin, err = transport.Dial(transport.ClientConfig{Endpoints: eps, MaxBackoff: 200 * time.Millisecond, ConnectTimeout: time.Second}); err != nil {
+	if c.admin, err = moonclient.Dial(moonclient.Config{Endpoints: eps, MaxBackoff: 200 * time.Millisecond, ConnectTimeout: time.Second}); err != nil {
 		return c, err
 	}
 	if _, err := c.waitLeader(ctx, 60*time.Second); err != nil {

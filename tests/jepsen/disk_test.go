@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	moonclient "github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
-	"github.com/moonraft/moonraft/transport"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
@@ -65,7 +65,7 @@ func putStart(t *testing.T, c *cluster, key string) {
 	defer cancel()
 	tried := false
 	if err := retry(ctx, func(ctx context.Context) error {
-		_, err := c.admin.PutStart(ctx, key, []uint64{64}, transport.ReplicateConfig{ReplicaNum: 1}, "slow")
+		_, err := c.admin.PutStart(ctx, key, []uint64{64}, moonclient.ReplicateConfig{ReplicaNum: 1}, "slow")
 		if tried && errcode.Of(err) == errcode.ObjectAlreadyExists {
 			return nil
 		}

@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
+	moonclient "github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
-	"github.com/moonraft/moonraft/transport"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // BenchmarkIsolatedLeaderReads measures how long a leader cut off from both
@@ -52,7 +51,7 @@ func isolatedLeaderReads(b *testing.B, mode string) {
 		if err := c.admin.MountSegment(ctx, "iso", seg); err != nil {
 			return err
 		}
-		if _, err := c.admin.PutStart(ctx, key, []uint64{64}, transport.ReplicateConfig{ReplicaNum: 1}, "iso"); err != nil && errcode.Of(err) != errcode.ObjectAlreadyExists {
+		if _, err := c.admin.PutStart(ctx, key, []uint64{64}, moonclient.ReplicateConfig{ReplicaNum: 1}, "iso"); err != nil && errcode.Of(err) != errcode.ObjectAlreadyExists {
 			return err
 		}
 		return c.admin.PutEnd(ctx, key, "iso")

@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
+	moonclient "github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
-	"github.com/moonraft/moonraft/transport"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // failpointStallLog is node/failpoint_on.go's switch: while this file is in
@@ -126,7 +125,7 @@ func newLeader(ctx context.Context, c *cluster, old int, within time.Duration) (
 // how many were answered (found or not) in all after it.
 func staleReadRound(ctx context.Context, c *cluster, key string, lease time.Duration) (stale, after int, err error) {
 	if err := retry(ctx, func(ctx context.Context) error {
-		if _, err := c.admin.PutStart(ctx, key, []uint64{64}, transport.ReplicateConfig{ReplicaNum: 1}, "teeth"); err != nil {
+		if _, err := c.admin.PutStart(ctx, key, []uint64{64}, moonclient.ReplicateConfig{ReplicaNum: 1}, "teeth"); err != nil {
 			return err
 		}
 		return c.admin.PutEnd(ctx, key, "teeth")
@@ -194,7 +193,7 @@ func staleReadRound(ctx context.Context, c *cluster, key string, lease time.Dura
 	if err != nil {
 		return 0, 0, err
 	}
-	cl, err := transport.Dial(transport.ClientConfig{Endpoints: []string{c.nodes[nl].grpcAddr}})
+	cl, err := moonclient.Dial(moonclient.Config{Endpoints: []string{c.nodes[nl].grpcAddr}})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	moonclient "github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
-	"github.com/moonraft/moonraft/transport"
 )
 
 // Overload: the herd is ten times the clients at which a cluster's puts
@@ -73,7 +73,7 @@ func (s *callStats) note(d, deadline time.Duration, err error) {
 
 // putLoops runs n clients putting fresh keys (PutStart, then PutEnd) on
 // the connections cls until ctx ends, each call with its own deadline.
-func putLoops(ctx context.Context, cls []*transport.Client, n int, prefix string, deadline time.Duration, st *callStats) {
+func putLoops(ctx context.Context, cls []*moonclient.Client, n int, prefix string, deadline time.Duration, st *callStats) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
@@ -89,7 +89,7 @@ func putLoops(ctx context.Context, cls []*transport.Client, n int, prefix string
 			for seq := 0; ctx.Err() == nil; seq++ {
 				key := fmt.Sprintf("%s/%d/%d", prefix, i, seq)
 				if call(func(ctx context.Context) error {
-					_, err := cl.PutStart(ctx, key, []uint64{64}, transport.ReplicateConfig{ReplicaNum: 1}, id)
+					_, err := cl.PutStart(ctx, key, []uint64{64}, moonclient.ReplicateConfig{ReplicaNum: 1}, id)
 					return err
 				}) != nil {
 					continue
@@ -124,9 +124,9 @@ func TestOverload(t *testing.T) {
 	for _, p := range c.nodes {
 		eps = append(eps, p.grpcAddr)
 	}
-	cls := make([]*transport.Client, overloadConns)
+	cls := make([]*moonclient.Client, overloadConns)
 	for i := range cls {
-		cl, err := transport.Dial(transport.ClientConfig{Endpoints: eps}) // the defaults: what users run
+		cl, err := moonclient.Dial(moonclient.Config{Endpoints: eps}) // the defaults: what users run
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	moonclient "github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/oplog"
-	"github.com/moonraft/moonraft/transport"
 )
 
 // runConfig is one run of the suite.
@@ -393,7 +393,7 @@ func finalReads(ctx context.Context, c *cluster, rec *recorder, r *endResult) {
 	const chunk = 500
 	for i := 0; i < len(keys); i += chunk {
 		batch := keys[i:min(i+chunk, len(keys))]
-		var res []transport.ReplicaListResult
+		var res []moonclient.ReplicaListResult
 		ops := make([]*Op, len(batch))
 		for j, k := range batch {
 			ops[j] = rec.invoke(WSet, -1, "final-read", k, 0, false)

@@ -8,10 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	moonclient "github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/oplog"
-	"github.com/moonraft/moonraft/transport"
 )
 
 const (
@@ -70,21 +70,21 @@ type workers struct {
 }
 
 // client is one workload client: its own connection, client id (session)
-// and segments, kept alive by a transport.Keeper.
+// and segments, kept alive by a moonclient.Keeper.
 type client struct {
 	w        *workers
 	idx      int // index in the history (porcupine's ClientId)
 	workload string
 	id       string
 	segs     []fsm.SegmentSpec
-	cl       *transport.Client
-	keeper   *transport.Keeper
+	cl       *moonclient.Client
+	keeper   *moonclient.Keeper
 	rng      *rand.Rand
 	// readers are clients that first try node i: a correct follower
 	// answers NOT_LEADER and the reader moves on to the leader, but a node
 	// that wrongly answers reads itself keeps the reader (and its stale
 	// answers) there, where the checkers see them.
-	readers []*transport.Client
+	readers []*moonclient.Client
 
 	setN         int       // set: keys put so far
 	setAcked     []string  // set: acknowledged and not yet removed
@@ -111,13 +111,13 @@ func (w *workers) setup(ctx context.Context) error {
 					Base: uint64(s+1) << 40, Size: segBytes})
 			}
 			var err error
-			if c.cl, err = transport.Dial(transport.ClientConfig{Endpoints: w.eps, MaxBackoff: 500 * time.Millisecond, ConnectTimeout: time.Second}); err != nil {
+			if c.cl, err = moonclient.Dial(moonclient.Config{Endpoints: w.eps, MaxBackoff: 500 * time.Millisecond, ConnectTimeout: time.Second}); err != nil {
 				return err
 			}
 			w.clients = append(w.clients, c)
 			for i := range w.eps {
 				rotated := append(append([]string{}, w.eps[i:]...), w.eps[:i]...)
-				r, err := transport.Dial(transport.ClientConfig{Endpoints: rotated, MaxBackoff: 500 * time.Millisecond, ConnectTimeout: time.Second})
+				r, err := moonclient.Dial(moonclient.Config{Endpoints: rotated, MaxBackoff: 500 * time.Millisecond, ConnectTimeout: time.Second})
 				if err != nil {
 					return err
 				}
@@ -248,7 +248,7 @@ func absent(err error) bool {
 //   - PutEnd fails: if a PutRevoke then succeeds the object was still
 //     PROCESSING, so the PutEnd never applied: failed. Otherwise the put may
 //     or may not have completed: unknown.
-func (c *client) put(workload, kind, key string, slices []uint64, rc transport.ReplicateConfig) *Op {
+func (c *client) put(workload, kind, key string, slices []uint64, rc moonclient.ReplicateConfig) *Op {
 	var size uint64
 	for _, s := range slices {
 		size += s
@@ -288,7 +288,7 @@ func (c *client) put(workload, kind, key string, slices []uint64, rc transport.R
 // written (unreadable) until another upsert takes it over or it is
 // reclaimed. The steps say whether the start was answered OK, which the
 // register checker needs: a started upsert has ended the old value.
-func (c *client) upsert(workload, kind, key string, size uint64, rc transport.ReplicateConfig) *Op {
+func (c *client) upsert(workload, kind, key string, size uint64, rc moonclient.ReplicateConfig) *Op {
 	rec := c.w.rec
 	op := rec.invoke(workload, c.idx, kind, key, size, false)
 	ctx, cancel := c.ctx()
@@ -382,7 +382,7 @@ func regKey(i int) string { return fmt.Sprintf("reg/k%02d", i) }
 func (c *client) registerOp() {
 	k := c.rng.IntN(regKeys)
 	key := regKey(k)
-	rc := transport.ReplicateConfig{ReplicaNum: 1, SoftPin: true, PreferredSegment: c.segs[0].Name}
+	rc := moonclient.ReplicateConfig{ReplicaNum: 1, SoftPin: true, PreferredSegment: c.segs[0].Name}
 	switch r := c.rng.IntN(10); {
 	case r < 3:
 		c.put(WRegister, "write", key, []uint64{c.w.regNext[k].Add(1)}, rc)
@@ -412,7 +412,7 @@ func (c *client) setOp() {
 	// Small objects (their number grows all run long), of a size the
 	// final read can check.
 	op := c.put(WSet, "put", key, []uint64{uint64(128 + c.setN%128)},
-		transport.ReplicateConfig{ReplicaNum: 2, SoftPin: true, PreferredSegment: c.segs[0].Name})
+		moonclient.ReplicateConfig{ReplicaNum: 2, SoftPin: true, PreferredSegment: c.segs[0].Name})
 	if op.Status == StatusOK {
 		c.setAcked = append(c.setAcked, key)
 	}
@@ -476,7 +476,7 @@ func (c *client) leasePut() {
 		slices[i] = leaseSlice
 	}
 	op := c.put(WLease, "put", key, slices,
-		transport.ReplicateConfig{ReplicaNum: 1, PreferredSegment: c.segs[c.leaseN%len(c.segs)].Name})
+		moonclient.ReplicateConfig{ReplicaNum: 1, PreferredSegment: c.segs[c.leaseN%len(c.segs)].Name})
 	if op.Status == StatusOK {
 		c.w.leaseMu.Lock()
 		c.w.leaseAcked = append(c.w.leaseAcked, key)

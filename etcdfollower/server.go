@@ -1,4 +1,7 @@
-package node
+// Package etcdfollower is the read-only server of `moonraft --follow-etcd`:
+// an observer outside the Raft group that follows the OpLog in etcd alone
+// (oplog.Follower) and serves the contract's data reads over gRPC.
+package etcdfollower
 
 import (
 	"context"
@@ -14,15 +17,14 @@ import (
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/oplog"
+	"github.com/moonraft/moonraft/service"
 	"github.com/moonraft/moonraft/transport"
-	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
 
-// FollowerConfig configures `moonraft --follow-etcd`: a read-only observer
-// outside the Raft group that follows the OpLog in etcd alone.
-type FollowerConfig struct {
+// Config configures a follower.
+type Config struct {
 	ID       string
 	GRPCAddr string
 	Etcd     etcdbridge.Config
@@ -34,11 +36,10 @@ type FollowerConfig struct {
 	Logger hclog.Logger
 }
 
-// EtcdFollower serves GetReplicaList, ExistKey (no lease is granted: it
-// cannot renew anything) and Status from an oplog.Follower.
-type EtcdFollower struct {
-	transport.NoAdmin
-	cfg    FollowerConfig
+// Server serves GetReplicaList, ExistKey (no lease is granted: it cannot
+// renew anything) and Status from an oplog.Follower.
+type Server struct {
+	cfg    Config
 	store  *etcdbridge.Store
 	f      *oplog.Follower
 	grpc   *grpc.Server
@@ -48,11 +49,11 @@ type EtcdFollower struct {
 	runErr error
 }
 
-var _ transport.Backend = (*EtcdFollower)(nil)
+var _ service.Data = (*Server)(nil)
 
-// StartEtcdFollower connects to etcd, seeds from the snapshot if given, and
-// starts following and serving.
-func StartEtcdFollower(cfg FollowerConfig) (*EtcdFollower, error) {
+// Start connects to etcd, seeds from the snapshot if given, and starts
+// following and serving.
+func Start(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
@@ -71,7 +72,7 @@ func StartEtcdFollower(cfg FollowerConfig) (*EtcdFollower, error) {
 	if err != nil {
 		return nil, err
 	}
-	ef := &EtcdFollower{NoAdmin: transport.NoAdmin{Err: readOnly()}, cfg: cfg, store: store,
+	ef := &Server{cfg: cfg, store: store,
 		f: oplog.NewFollower(oplog.FollowerConfig{Feed: store, Logger: cfg.Logger.Named("follower")})}
 	if cfg.Snapshot != "" {
 		if err := ef.seed(cfg.Snapshot); err != nil {
@@ -86,7 +87,7 @@ func StartEtcdFollower(cfg FollowerConfig) (*EtcdFollower, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ef.cancel = cancel
-	ef.grpc = transport.NewServerWithConfig(ef, transport.ServerConfig{Limits: cfg.Limits}, opts...)
+	ef.grpc = transport.NewServer(ef, transport.ServerConfig{Limits: cfg.Limits}, opts...)
 	ef.wg.Add(2)
 	go func() {
 		defer ef.wg.Done()
@@ -106,7 +107,7 @@ func StartEtcdFollower(cfg FollowerConfig) (*EtcdFollower, error) {
 	return ef, nil
 }
 
-func (ef *EtcdFollower) seed(path string) error {
+func (ef *Server) seed(path string) error {
 	file, err := os.Open(path)
 	if err != nil {
 		return errcode.New(errcode.FileNotFound, "snapshot %s: %v", path, err)
@@ -125,17 +126,17 @@ func (ef *EtcdFollower) seed(path string) error {
 }
 
 // Follower exposes the follower for tests and benchmarks.
-func (ef *EtcdFollower) Follower() *oplog.Follower { return ef.f }
+func (ef *Server) Follower() *oplog.Follower { return ef.f }
 
 // Err is why following stopped (a bad entry), or nil while it runs.
-func (ef *EtcdFollower) Err() error {
+func (ef *Server) Err() error {
 	ef.mu.Lock()
 	defer ef.mu.Unlock()
 	return ef.runErr
 }
 
 // Close stops following and serving.
-func (ef *EtcdFollower) Close() error {
+func (ef *Server) Close() error {
 	ef.grpc.GracefulStop()
 	ef.cancel()
 	ef.wg.Wait()
@@ -143,21 +144,21 @@ func (ef *EtcdFollower) Close() error {
 }
 
 func readOnly() error {
-	return errcode.New(errcode.UnavailableInCurrentMode, "this is a read-only etcd follower: send writes and admin requests to the Raft cluster")
+	return errcode.New(errcode.UnavailableInCurrentMode, "this is a read-only etcd follower: send writes to the Raft cluster")
 }
 
-func (ef *EtcdFollower) Now() int64         { return time.Now().UnixMilli() }
-func (ef *EtcdFollower) ClientTTLMs() int64 { return 0 }
+func (ef *Server) Now() int64         { return time.Now().UnixMilli() }
+func (ef *Server) ClientTTLMs() int64 { return 0 }
 
-func (ef *EtcdFollower) Propose(context.Context, fsm.Command) (fsm.Result, error) {
+func (ef *Server) Propose(context.Context, fsm.Command) (fsm.Result, error) {
 	return fsm.Result{}, readOnly()
 }
 
-func (ef *EtcdFollower) ProposeBatch(context.Context, []fsm.Command) ([]fsm.Result, error) {
+func (ef *Server) ProposeBatch(context.Context, []fsm.Command) ([]fsm.Result, error) {
 	return nil, readOnly()
 }
 
-func (ef *EtcdFollower) GetReplicaList(_ context.Context, key string) ([]oplog.ReplicaDesc, fsm.Grant, error) {
+func (ef *Server) GetReplicaList(_ context.Context, key string) ([]oplog.ReplicaDesc, fsm.Grant, error) {
 	o, ok := ef.f.Get(key)
 	if !ok {
 		return nil, fsm.Grant{}, errcode.New(errcode.ObjectNotFound, "key %q not found (as of seq %d)", key, ef.f.AppliedSeq())
@@ -165,44 +166,44 @@ func (ef *EtcdFollower) GetReplicaList(_ context.Context, key string) ([]oplog.R
 	return o.Payload.Replicas, fsm.Grant{}, nil
 }
 
-func (ef *EtcdFollower) ExistKey(_ context.Context, key string) (bool, fsm.Grant, error) {
+func (ef *Server) ExistKey(_ context.Context, key string) (bool, fsm.Grant, error) {
 	_, ok := ef.f.Get(key)
 	return ok, fsm.Grant{}, nil
 }
 
-func (ef *EtcdFollower) BatchGetReplicaList(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
-	return transport.BatchGetByKey(ctx, keys, ef.GetReplicaList)
+func (ef *Server) BatchGetReplicaList(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
+	return service.BatchGetByKey(ctx, keys, ef.GetReplicaList)
 }
 
-func (ef *EtcdFollower) BatchExistKey(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
-	return transport.BatchExistByKey(ctx, keys, ef.ExistKey)
+func (ef *Server) BatchExistKey(ctx context.Context, keys []string) ([]fsm.KeyRead, error) {
+	return service.BatchExistByKey(ctx, keys, ef.ExistKey)
 }
 
-func (ef *EtcdFollower) GetReplicaListByRegex(context.Context, string) ([]fsm.KeyReplicas, error) {
+func (ef *Server) GetReplicaListByRegex(context.Context, string) ([]fsm.KeyReplicas, error) {
 	return nil, readOnly()
 }
 
-func (ef *EtcdFollower) Ping(context.Context, string) (bool, error) { return false, readOnly() }
+func (ef *Server) Ping(context.Context, string) (bool, error) { return false, readOnly() }
 
 // ViewVersion is 0: a follower of etcd has no Raft group.
-func (ef *EtcdFollower) ViewVersion() uint64 { return 0 }
+func (ef *Server) ViewVersion() uint64 { return 0 }
 
 // SegmentStatus is not known here: the OpLog carries objects, not segments.
-func (ef *EtcdFollower) SegmentStatus(context.Context, string, bool) ([]fsm.SegmentStatus, error) {
+func (ef *Server) SegmentStatus(context.Context, string, bool) ([]fsm.SegmentStatus, error) {
 	return nil, readOnly()
 }
 
 // Progress is Status without the digest.
-func (ef *EtcdFollower) Progress() *moonraftpb.NodeStatus {
-	return &moonraftpb.NodeStatus{Id: ef.cfg.ID, GrpcAddr: ef.cfg.GRPCAddr, Role: "etcd-follower",
+func (ef *Server) Progress() *service.NodeStatus {
+	return &service.NodeStatus{ID: ef.cfg.ID, GRPCAddr: ef.cfg.GRPCAddr, Role: "etcd-follower",
 		AppliedSeq: ef.f.AppliedSeq(), Objects: uint64(ef.f.Len()), EtcdExport: true}
 }
 
-func (ef *EtcdFollower) Status() *moonraftpb.NodeStatus {
+func (ef *Server) Status() *service.NodeStatus {
 	d := ef.f.ObjectSetDigest()
-	return &moonraftpb.NodeStatus{
-		Id:              ef.cfg.ID,
-		GrpcAddr:        ef.cfg.GRPCAddr,
+	return &service.NodeStatus{
+		ID:              ef.cfg.ID,
+		GRPCAddr:        ef.cfg.GRPCAddr,
 		Role:            "etcd-follower",
 		AppliedSeq:      ef.f.AppliedSeq(),
 		Objects:         uint64(ef.f.Len()),

@@ -1,4 +1,4 @@
-package node
+package raftstore
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ func entrySum(l *raft.Log) uint32 {
 // checksummed stores every entry with its checksum; GetLog hands entries
 // back without it (what raft replicates is the entry as it was given).
 type checksummed struct {
-	raftStore
+	Store
 }
 
 func (s *checksummed) stamp(l *raft.Log) *raft.Log {
@@ -46,25 +46,25 @@ func (s *checksummed) stamp(l *raft.Log) *raft.Log {
 	return &c
 }
 
-func (s *checksummed) StoreLog(l *raft.Log) error { return s.raftStore.StoreLog(s.stamp(l)) }
+func (s *checksummed) StoreLog(l *raft.Log) error { return s.Store.StoreLog(s.stamp(l)) }
 
 func (s *checksummed) StoreLogs(logs []*raft.Log) error {
 	stamped := make([]*raft.Log, len(logs))
 	for i, l := range logs {
 		stamped[i] = s.stamp(l)
 	}
-	return s.raftStore.StoreLogs(stamped)
+	return s.Store.StoreLogs(stamped)
 }
 
 func (s *checksummed) GetLog(index uint64, l *raft.Log) error {
-	if err := s.raftStore.GetLog(index, l); err != nil {
+	if err := s.Store.GetLog(index, l); err != nil {
 		return err
 	}
 	_, err := verifyEntry(l)
 	return err
 }
 
-func (s *checksummed) IsMonotonic() bool { return isMonotonic(s.raftStore) }
+func (s *checksummed) IsMonotonic() bool { return IsMonotonic(s.Store) }
 
 // verifyEntry checks l against its checksum and removes it; checked is
 // false for an entry stored without one (before this release).

@@ -1,4 +1,4 @@
-package node
+package mooncakeapi
 
 import (
 	"context"
@@ -6,55 +6,78 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/cororpc"
-	"github.com/moonraft/moonraft/mooncakeapi"
+	"github.com/moonraft/moonraft/service"
 	"github.com/moonraft/moonraft/structpack"
 )
 
-// mooncakeForwardTimeout bounds a forwarded call: a Mooncake client's own
-// RPC deadline is not on the wire.
-const mooncakeForwardTimeout = 10 * time.Second
+// Leadership is what the front asks of the Raft host about who leads.
+type Leadership interface {
+	// IsLeader: this node is the promoted leader, ready to serve.
+	IsLeader() bool
+	// ViewVersion is the term this node was promoted leader in (0 when it
+	// is not the promoted leader).
+	ViewVersion() uint64
+	// LeaderMooncakeAddr is the promoted leader's Mooncake address when this
+	// node follows it, else "".
+	LeaderMooncakeAddr() string
+	// AwaitLeader returns once a leader is known, or ctx ends.
+	AwaitLeader(ctx context.Context) error
+}
 
-// mooncakeFront serves the Mooncake protocol: the promoted leader answers;
+// forwardTimeout bounds a forwarded call: a Mooncake client's own
+// RPC deadline is not on the wire.
+const forwardTimeout = 10 * time.Second
+
+// Front serves the Mooncake protocol on a node: the promoted leader answers;
 // a follower forwards each call, frame for frame, to the leader's Mooncake
 // address (from its Promote), so a client configured with any node's
 // address works. During an election it waits for a leader as a gRPC call
 // does; with none known by then, the local handler answers
 // UNAVAILABLE_IN_CURRENT_STATUS.
-type mooncakeFront struct {
-	n     *Node
-	local *mooncakeapi.Handler
+type Front struct {
+	lead  Leadership
+	local *Handler
 	fwd   cororpc.Pool
-	calls atomic.Uint64 // calls begun: DrainMooncake waits for it to stand still
+	calls atomic.Uint64 // calls begun: Drain waits for it to stand still
 }
+
+// NewFront serves d's calls on the promoted leader and forwards them from
+// a follower; Close releases its forwarding connections.
+func NewFront(d service.Data, lead Leadership, log cororpc.Logger, leaseTTLMs uint64) *Front {
+	return &Front{lead: lead, local: NewHandler(d, log, leaseTTLMs), fwd: cororpc.Pool{MsgType: cororpc.MsgForwarded}}
+}
+
+// Close closes the connections calls were forwarded on.
+func (m *Front) Close() { m.fwd.Close() }
 
 // CallInline implements cororpc.Inliner: a key read is quick on the
 // leader; on a follower it is a forward, a round trip to the leader.
-func (m *mooncakeFront) CallInline(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string, bool) {
+func (m *Front) CallInline(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string, bool) {
 	m.calls.Add(1)
-	if !m.n.IsLeader() {
+	if !m.lead.IsLeader() {
 		return dst, 0, "", false
 	}
 	return m.local.CallInline(ctx, id, body, dst)
 }
 
-func (m *mooncakeFront) Call(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string) {
+func (m *Front) Call(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string) {
 	m.calls.Add(1)
 	if cororpc.Forwarded(ctx) { // views disagree: no second hop
 		return m.local.Call(ctx, id, body, dst)
 	}
-	if term := m.n.promotedTerm.Load(); m.n.IsLeader() {
-		repeatable := mooncakeapi.Repeatable(id)
-		lctx, trace := ctx, (*writeTrace)(nil)
+	if term := m.lead.ViewVersion(); m.lead.IsLeader() {
+		repeatable := Repeatable(id)
+		lctx, trace := ctx, (*service.WriteTrace)(nil)
 		if !repeatable {
-			lctx, trace = withWriteTrace(ctx)
+			lctx, trace = service.WithWriteTrace(ctx)
 		}
 		out, errc, msg := m.local.Call(lctx, id, body, dst)
-		if trace != nil && trace.noEffect() {
+		if trace != nil && trace.NoEffect() {
 			// This node handed leadership over while the call waited,
 			// and Raft refused its write unlogged: the new leader takes it.
 			return m.forward(ctx, id, body, dst)
 		}
-		if m.n.promotedTerm.Load() == term && m.n.IsLeader() || !repeatable {
+		if m.lead.ViewVersion() == term && m.lead.IsLeader() || !repeatable {
 			return out, errc, msg
 		}
 		// Leadership moved while the call ran (a paused or cut-off leader
@@ -69,20 +92,20 @@ func (m *mooncakeFront) Call(ctx context.Context, id uint32, body, dst []byte) (
 // forward sends the call to the promoted leader, waiting (bounded) for one
 // during an election; with none known, or this node the leader again, the
 // local handler answers.
-func (m *mooncakeFront) forward(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string) {
+func (m *Front) forward(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string) {
 	addr := m.leaderAddr()
-	if addr == "" && !m.n.IsLeader() {
+	if addr == "" && !m.lead.IsLeader() {
 		// An election, or a leader not heard from for a moment: wait for
 		// one as a gRPC call does (bounded), then look again.
-		wctx, cancel := context.WithTimeout(ctx, mooncakeForwardTimeout)
-		_ = m.n.awaitLeader(wctx)
+		wctx, cancel := context.WithTimeout(ctx, forwardTimeout)
+		_ = m.lead.AwaitLeader(wctx)
 		cancel()
 		addr = m.leaderAddr()
 	}
 	if addr == "" {
 		return m.local.Call(ctx, id, body, dst)
 	}
-	fctx, cancel := context.WithTimeout(ctx, mooncakeForwardTimeout)
+	fctx, cancel := context.WithTimeout(ctx, forwardTimeout)
 	defer cancel()
 	resp, err := m.fwd.Call(fctx, addr, id, body)
 	if err != nil {
@@ -99,46 +122,39 @@ func (m *mooncakeFront) forward(ctx context.Context, id uint32, body, dst []byte
 }
 
 // leaderAddr is where to forward: the promoted leader's Mooncake address
-// when this node is a follower whose Raft leader is that promoted leader,
-// else "". Unlike a NOT_LEADER answer it does not ask for recent contact:
-// on a loaded machine a live leader can be a heartbeat late, and a
-// forward to a dead one fails at once (connection refused).
-func (m *mooncakeFront) leaderAddr() string {
-	if m.n.IsLeader() {
+// when this node follows it, else "".
+func (m *Front) leaderAddr() string {
+	if m.lead.IsLeader() {
 		return ""
 	}
-	st, ok := m.n.promotedLeader()
-	if !ok {
-		return ""
-	}
-	return st.LeaderMooncakeAddr
+	return m.lead.LeaderMooncakeAddr()
 }
 
-// DrainMooncake keeps serving until another node leads, promoted, and no
+// Drain keeps serving until another node leads, promoted, and no
 // Mooncake call has begun here for quiet since; or until ctx ends. A
 // leader that handed over before it stops calls it: its clients move to
 // the new leader once it publishes master_view, and until then this node
 // forwards their calls. Closing at once would cost each client whose next
 // call met the closed address ~4 s of its connection pool's retries
 // (docs/MOONCAKE_PROTOCOL.md). A leader promotes within two election
-// timeouts of the handover; with none by then (the whole cluster
-// stopping), no node would take the calls, and quiet alone decides.
-func (n *Node) DrainMooncake(ctx context.Context, quiet time.Duration) {
-	if n.mooncake == nil || quiet <= 0 {
+// timeouts of the handover (leaderWithin); with none by then (the whole
+// cluster stopping), no node would take the calls, and quiet alone decides.
+func (m *Front) Drain(ctx context.Context, quiet, leaderWithin time.Duration) {
+	if quiet <= 0 {
 		return
 	}
-	leaderBy := time.Now().Add(2 * n.cfg.ElectionTimeout)
+	leaderBy := time.Now().Add(leaderWithin)
 	t := time.NewTicker(quiet / 4)
 	defer t.Stop()
-	last, since := n.mooncake.calls.Load(), time.Now()
+	last, since := m.calls.Load(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		c := n.mooncake.calls.Load()
-		awaiting := n.mooncake.leaderAddr() == "" && time.Now().Before(leaderBy)
+		c := m.calls.Load()
+		awaiting := m.leaderAddr() == "" && time.Now().Before(leaderBy)
 		switch {
 		case c != last || awaiting:
 			last, since = c, time.Now()

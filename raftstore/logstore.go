@@ -1,4 +1,4 @@
-package node
+package raftstore
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -44,13 +43,6 @@ const (
 
 // storeName is where each store lives in the data dir.
 var storeName = map[LogStore]string{LogStoreBoltDB: raftDB, LogStoreWAL: walDir}
-
-// raftStore is one Raft log and stable store.
-type raftStore interface {
-	raft.LogStore
-	raft.StableStore
-	io.Closer
-}
 
 // ParseLogStore checks a --raft-log-store value; "" means "the one the data
 // dir holds, or the default for a new one".
@@ -107,7 +99,7 @@ func chooseLogStore(dataDir string, want LogStore) (LogStore, error) {
 // openLogStore opens (or creates) the store ls in dataDir, holding the
 // data dir's lock while it is open. Both stores keep fsync on: an entry is
 // acknowledged only once it is on disk.
-func openLogStore(dataDir string, ls LogStore, logger hclog.Logger, walSegmentBytes int) (raftStore, error) {
+func openLogStore(dataDir string, ls LogStore, logger hclog.Logger, walSegmentBytes int) (Store, error) {
 	lock, err := lockDataDir(dataDir)
 	if err != nil {
 		return nil, err
@@ -117,7 +109,7 @@ func openLogStore(dataDir string, ls LogStore, logger hclog.Logger, walSegmentBy
 		_ = lock.Close()
 		return nil, err
 	}
-	return &lockedStore{raftStore: s, lock: lock}, nil
+	return &lockedStore{Store: s, lock: lock}, nil
 }
 
 // lockDataDir takes an exclusive lock on dataDir/LOCK: both stores would
@@ -136,21 +128,16 @@ func lockDataDir(dataDir string) (*os.File, error) {
 }
 
 type lockedStore struct {
-	raftStore
+	Store
 	lock *os.File
 }
 
 // IsMonotonic passes raft-wal's answer through (raft.MonotonicLogStore): a
 // store that refuses gaps needs Raft to clear it after a snapshot install.
-func (s *lockedStore) IsMonotonic() bool { return isMonotonic(s.raftStore) }
-
-func isMonotonic(s raft.LogStore) bool {
-	m, ok := s.(raft.MonotonicLogStore)
-	return ok && m.IsMonotonic()
-}
+func (s *lockedStore) IsMonotonic() bool { return IsMonotonic(s.Store) }
 
 func (s *lockedStore) Close() error {
-	err := s.raftStore.Close()
+	err := s.Store.Close()
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr
 	}
@@ -300,7 +287,7 @@ func (s *walStore) Close() error {
 	return err
 }
 
-func openUnlocked(dataDir string, ls LogStore, logger hclog.Logger, walSegmentBytes int) (raftStore, error) {
+func openUnlocked(dataDir string, ls LogStore, logger hclog.Logger, walSegmentBytes int) (Store, error) {
 	switch ls {
 	case LogStoreWAL:
 		dir := filepath.Join(dataDir, walDir)
@@ -457,7 +444,7 @@ func MigrateLogStore(ctx context.Context, dataDir string, to LogStore) (uint64, 
 // copyRaftState copies every log entry and the keys hashicorp/raft keeps
 // in its stable store. (raft-wal's migrate.CopyStable fails on a key that
 // was never written, such as the vote of a node that never voted.)
-func copyRaftState(ctx context.Context, dst, src raftStore) (uint64, error) {
+func copyRaftState(ctx context.Context, dst, src Store) (uint64, error) {
 	if err := migrate.CopyLogs(ctx, dst, src, 1<<20, nil); err != nil {
 		return 0, err
 	}

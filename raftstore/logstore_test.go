@@ -1,4 +1,4 @@
-package node
+package raftstore
 
 import (
 	"context"
@@ -154,13 +154,13 @@ func TestMigrateLogStoreWithoutVote(t *testing.T) {
 }
 
 // Raft clears a store that refuses gaps after a snapshot install only if it
-// learns so through every wrapper (LogCache, the data dir lock, failpoints).
+// learns so through every wrapper (LogCache, the data dir lock, checksums).
 func TestLogStoreMonotonicThroughWrappers(t *testing.T) {
 	for ls, want := range map[LogStore]bool{LogStoreWAL: true, LogStoreBoltDB: false} {
 		dir := t.TempDir()
 		s, err := openLogStore(dir, ls, hclog.NewNullLogger(), 0)
 		require.NoError(t, err)
-		c, err := raft.NewLogCache(8, withFailpoints(s, dir))
+		c, err := raft.NewLogCache(8, &checksummed{Store: s})
 		require.NoError(t, err)
 		assert.Equal(t, want, c.IsMonotonic(), string(ls))
 		require.NoError(t, s.Close())

@@ -1,4 +1,4 @@
-package node
+package raftstore
 
 import (
 	"bufio"
@@ -97,7 +97,7 @@ func (o *OfflineRestore) Run(ctx context.Context) (RestoreReport, error) {
 // checkDataDir refuses a directory holding Raft state, unless forced.
 func (o *OfflineRestore) checkDataDir() error {
 	var found []string
-	for _, name := range []string{raftDB, walDir, snapshotsDir} {
+	for _, name := range []string{raftDB, walDir, SnapshotsDir} {
 		if _, err := os.Stat(filepath.Join(o.DataDir, name)); err == nil {
 			found = append(found, name)
 		}
@@ -186,7 +186,7 @@ func (o *OfflineRestore) writeRaftState(f *fsm.FSM, index, term uint64) error {
 		return errcode.New(errcode.FileWriteFail, "prepare %s: %v", o.DataDir, err)
 	}
 	defer os.RemoveAll(tmp)
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(tmp, snapshotsDir), 2, hclog.NewNullLogger())
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(tmp, SnapshotsDir), 2, hclog.NewNullLogger())
 	if err != nil {
 		return errcode.New(errcode.FileWriteFail, "snapshot store: %v", err)
 	}
@@ -229,7 +229,7 @@ func (o *OfflineRestore) writeRaftState(f *fsm.FSM, index, term uint64) error {
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return errcode.New(errcode.FileWriteFail, "data dir: %v", err)
 	}
-	for _, name := range []string{raftDB, walDir, snapshotsDir} {
+	for _, name := range []string{raftDB, walDir, SnapshotsDir} {
 		if err := os.RemoveAll(filepath.Join(o.DataDir, name)); err != nil {
 			return errcode.New(errcode.FileWriteFail, "remove old %s: %v", name, err)
 		}

@@ -1,4 +1,4 @@
-package node
+package raftstore
 
 import (
 	"testing"
@@ -18,7 +18,7 @@ func TestLogChecksums(t *testing.T) {
 			raw, err := openLogStore(t.TempDir(), ls, hclog.NewNullLogger(), 0)
 			require.NoError(t, err)
 			defer raw.Close()
-			s := &checksummed{raftStore: raw}
+			s := &checksummed{Store: raw}
 			in := &raft.Log{Index: 1, Term: 3, Type: raft.LogCommand, Data: []byte("one")}
 			require.NoError(t, s.StoreLogs([]*raft.Log{in}))
 			assert.Nil(t, in.Extensions, "raft's own entry is left as it was")

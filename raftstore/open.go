@@ -1,0 +1,65 @@
+package raftstore
+
+import (
+	"io"
+	"path/filepath"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"github.com/moonraft/moonraft/errcode"
+)
+
+const (
+	raftDB = "raft.db"
+	// SnapshotsDir holds raft's file snapshot store in a data dir.
+	SnapshotsDir = "snapshots"
+)
+
+// Store is one Raft log and stable store.
+type Store interface {
+	raft.LogStore
+	raft.StableStore
+	io.Closer
+}
+
+// Open opens (or creates) the log store of dataDir — the one it holds, or
+// want, or the default — and checks every entry it holds against its
+// checksum before handing it over; entries stored from then on carry
+// their checksums. A damaged log is refused with the way out.
+func Open(dataDir string, want LogStore, logger hclog.Logger, walSegmentBytes int) (Store, LogStore, error) {
+	ls, err := chooseLogStore(dataDir, want)
+	if err != nil {
+		return nil, "", err
+	}
+	s, err := openLogStore(dataDir, ls, logger, walSegmentBytes)
+	if err != nil {
+		return nil, "", err
+	}
+	checked := &checksummed{Store: s}
+	if err := verifyLog(checked, dataDir, ls); err != nil {
+		_ = s.Close()
+		return nil, "", err
+	}
+	return checked, ls, nil
+}
+
+// OpenSnapshots opens dataDir's snapshot store, keeping retain snapshots,
+// after checking every snapshot it holds.
+func OpenSnapshots(dataDir string, retain int, logger hclog.Logger) (*raft.FileSnapshotStore, error) {
+	files, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(dataDir, SnapshotsDir), retain, logger)
+	if err != nil {
+		return nil, errcode.New(errcode.FileWriteFail, "snapshot store: %v", err)
+	}
+	// raft's file store keeps its snapshots in a directory of its own name.
+	if err := verifySnapshots(files, filepath.Join(dataDir, SnapshotsDir, "snapshots")); err != nil {
+		return nil, err
+	}
+	return files, nil
+}
+
+// IsMonotonic reports whether s requires gap-free appends
+// (raft.MonotonicLogStore): raft-wal does, and every wrapper must say so.
+func IsMonotonic(s raft.LogStore) bool {
+	m, ok := s.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
