@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"slices"
-	"strconv"
 
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/lease"
@@ -484,48 +483,6 @@ func (c *Batch) decode(d *dec) {
 	}
 }
 
-// newCommand returns an empty command of type t, or nil for a type this
-// build does not know.
-func newCommand(t CmdType) Command {
-	switch t {
-	case CmdMountSegment, CmdMountSegmentTransport:
-		return &MountSegment{}
-	case CmdUnmountSegment:
-		return &UnmountSegment{}
-	case CmdRemountSegments, CmdRemountSegmentsTransport:
-		return &RemountSegments{}
-	case CmdPutStart:
-		return &PutStart{}
-	case CmdPutEnd:
-		return &PutEnd{}
-	case CmdPutRevoke:
-		return &PutRevoke{}
-	case CmdRemove:
-		return &Remove{}
-	case CmdRemoveByRegex:
-		return &RemoveByRegex{}
-	case CmdRemoveAll:
-		return &RemoveAll{}
-	case CmdTick:
-		return &Tick{}
-	case CmdPromote, CmdPromoteMooncake:
-		return &Promote{}
-	case CmdExported:
-		return &Exported{}
-	case CmdBatch:
-		return &Batch{}
-	case CmdUpsertStart:
-		return &UpsertStart{}
-	case CmdGracefulUnmount:
-		return &GracefulUnmount{}
-	case CmdDrainSegments:
-		return &DrainSegments{}
-	case CmdMember:
-		return &Member{}
-	}
-	return nil
-}
-
 // Encode returns the log entry bytes of c: its type byte, then its payload.
 func Encode(c Command) []byte {
 	e := enc{b: make([]byte, 1, 64)}
@@ -557,34 +514,4 @@ func Decode(b []byte) (Command, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-var cmdNames = [...]string{
-	CmdMountSegment:             "MountSegment",
-	CmdUnmountSegment:           "UnmountSegment",
-	CmdRemountSegments:          "RemountSegments",
-	CmdPutStart:                 "PutStart",
-	CmdPutEnd:                   "PutEnd",
-	CmdPutRevoke:                "PutRevoke",
-	CmdRemove:                   "Remove",
-	CmdRemoveByRegex:            "RemoveByRegex",
-	CmdRemoveAll:                "RemoveAll",
-	CmdTick:                     "Tick",
-	CmdPromote:                  "Promote",
-	CmdExported:                 "Exported",
-	CmdBatch:                    "Batch",
-	CmdUpsertStart:              "UpsertStart",
-	CmdGracefulUnmount:          "GracefulUnmount",
-	CmdDrainSegments:            "DrainSegments",
-	CmdMountSegmentTransport:    "MountSegment",
-	CmdRemountSegmentsTransport: "RemountSegments",
-	CmdPromoteMooncake:          "Promote",
-	CmdMember:                   "Member",
-}
-
-func (t CmdType) String() string {
-	if int(t) < len(cmdNames) && cmdNames[t] != "" {
-		return cmdNames[t]
-	}
-	return "type(" + strconv.Itoa(int(t)) + ")"
 }

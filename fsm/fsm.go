@@ -195,41 +195,8 @@ func (f *FSM) Apply(entry []byte) Result {
 
 // ApplyCommand applies a decoded command.
 func (f *FSM) ApplyCommand(c Command) Result {
-	switch c := c.(type) {
-	case *MountSegment:
-		return f.mountSegment(c)
-	case *UnmountSegment:
-		return f.unmountSegment(c)
-	case *RemountSegments:
-		return f.remountSegments(c)
-	case *PutStart:
-		return f.putStart(c)
-	case *PutEnd:
-		return f.putEnd(c)
-	case *PutRevoke:
-		return f.putRevoke(c)
-	case *Remove:
-		return f.remove(c)
-	case *RemoveByRegex:
-		return f.removeByRegex(c)
-	case *RemoveAll:
-		return f.removeAll(c)
-	case *Tick:
-		return f.tick(c)
-	case *Promote:
-		return f.promote(c)
-	case *Exported:
-		return f.exported(c)
-	case *Batch:
-		return f.batch(c)
-	case *UpsertStart:
-		return f.upsertStart(c)
-	case *GracefulUnmount:
-		return f.gracefulUnmount(c)
-	case *DrainSegments:
-		return f.drainSegments(c)
-	case *Member:
-		return f.member(c)
+	if d := &commands[c.Type()]; d.apply != nil {
+		return d.apply(f, c)
 	}
 	return failed(errcode.InvalidParams, "command of type %T is not applicable", c)
 }
