@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/internal/varint"
 )
 
 // enc appends the compact binary encoding shared by commands and snapshot
@@ -24,12 +25,10 @@ func (e *enc) bool(v bool) {
 	}
 }
 
-// dec reads what enc wrote. The first error sticks, so callers decode a
-// whole struct and check err once; lengths are checked against the bytes
-// that remain before anything is allocated.
+// dec reads what enc wrote (varint.Reader). Its failures are
+// INVALID_PARAMS errors naming what was being decoded.
 type dec struct {
-	b   []byte
-	err error
+	varint.Reader
 	// kind and name ("command", "PutStart") say what is being decoded in
 	// error messages; they are joined only on failure, as decoding is on
 	// every node's apply path.
@@ -41,37 +40,22 @@ type dec struct {
 	promoteMooncake bool
 }
 
-func (d *dec) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = errcode.New(errcode.InvalidParams, d.kind+" "+d.name+": "+format, args...)
-	}
+func newDec(b []byte, kind, name string) dec {
+	return dec{Reader: varint.NewReader(b), kind: kind, name: name}
 }
 
-func (d *dec) u64() uint64 {
-	if d.err != nil {
-		return 0
+// err is the first failure as an error, nil if none.
+func (d *dec) err() error {
+	if _, msg, failed := d.Failure(); failed {
+		return errcode.New(errcode.InvalidParams, "%s %s: %s", d.kind, d.name, msg)
 	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated or malformed number")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	return nil
 }
 
-func (d *dec) i64() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("truncated or malformed number")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
+func (d *dec) fail(format string, args ...any) { d.Fail(format, args...) }
+
+func (d *dec) u64() uint64 { return d.Uvarint("number") }
+func (d *dec) i64() int64  { return d.Varint("number") }
 
 func (d *dec) bool() bool {
 	switch v := d.u64(); v {
@@ -88,29 +72,17 @@ func (d *dec) bool() bool {
 func (d *dec) str() string { return string(d.bytes()) }
 
 // bytes reads what enc.bytes or enc.str wrote; the result aliases the input.
-func (d *dec) bytes() []byte {
-	n := d.u64()
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.fail("string of %d bytes but only %d remain", n, len(d.b))
-		return nil
-	}
-	b := d.b[:n:n]
-	d.b = d.b[n:]
-	return b
-}
+func (d *dec) bytes() []byte { return d.Bytes("string") }
 
 // count reads a list length; each element takes at least minBytes, which
 // bounds the allocation a corrupted length can cause.
 func (d *dec) count(minBytes int) int {
 	n := d.u64()
-	if d.err != nil {
+	if d.err() != nil {
 		return 0
 	}
-	if n > uint64(len(d.b)/minBytes) {
-		d.fail("list of %d elements but only %d bytes remain", n, len(d.b))
+	if n > uint64(d.Remaining()/minBytes) {
+		d.fail("list of %d elements but only %d bytes remain", n, d.Remaining())
 		return 0
 	}
 	return int(n)
@@ -118,10 +90,8 @@ func (d *dec) count(minBytes int) int {
 
 // done reports trailing bytes as an error: a record decodes exactly.
 func (d *dec) done() error {
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d unexpected trailing bytes", len(d.b))
-	}
-	return d.err
+	d.Done()
+	return d.err()
 }
 
 // Limits on client-supplied input (DESIGN.md, issue 2).

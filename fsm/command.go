@@ -468,7 +468,7 @@ func (c *Batch) decode(d *dec) {
 	c.Cmds = make([]Command, d.count(2))
 	for i := range c.Cmds {
 		b := d.bytes() // Decode copies what it keeps
-		if d.err != nil {
+		if d.err() != nil {
 			return
 		}
 		cmd, err := Decode(b)
@@ -506,9 +506,9 @@ func Decode(b []byte) (Command, error) {
 		return nil, errcode.New(errcode.InvalidVersion,
 			"command: unknown type %d; the leader may run a newer moonraft than this node: upgrade it", t)
 	}
-	d := dec{b: b[1:], kind: "command", name: t.String(),
-		transport:       t == CmdMountSegmentTransport || t == CmdRemountSegmentsTransport,
-		promoteMooncake: t == CmdPromoteMooncake}
+	d := newDec(b[1:], "command", t.String())
+	d.transport = t == CmdMountSegmentTransport || t == CmdRemountSegmentsTransport
+	d.promoteMooncake = t == CmdPromoteMooncake
 	c.decode(&d)
 	if err := d.done(); err != nil {
 		return nil, err

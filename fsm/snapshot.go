@@ -386,7 +386,8 @@ func (rs *restorer) record(name string, data []byte) error {
 		rs.section, rs.records = next, 0
 	}
 	rs.records++
-	d := &dec{b: data, kind: "snapshot record", name: name}
+	dd := newDec(data, "snapshot record", name)
+	d := &dd
 	var err error
 	switch name {
 	case "meta":
@@ -429,11 +430,11 @@ func (rs *restorer) meta(d *dec) error {
 	f.leaderID = d.str()
 	f.leaderAddr = d.str()
 	f.term = d.u64()
-	if len(d.b) > 0 {
+	if d.Remaining() > 0 {
 		f.leaderMooncakeAddr = d.str()
 	}
-	if d.err != nil {
-		return d.err
+	if d.err() != nil {
+		return d.err()
 	}
 	return f.params.Validate()
 }
@@ -442,11 +443,11 @@ func (rs *restorer) segment(d *dec) error {
 	clientID := d.str()
 	var spec SegmentSpec
 	spec.decode(d, false)
-	if len(d.b) > 0 { // a segment with a transport endpoint
+	if d.Remaining() > 0 { // a segment with a transport endpoint
 		spec.Endpoint, spec.Protocol = d.str(), d.str()
 	}
-	if d.err != nil {
-		return d.err
+	if d.err() != nil {
+		return d.err()
 	}
 	if err := validateSegment(&spec); err != nil {
 		return err
@@ -469,7 +470,7 @@ func (rs *restorer) segment(d *dec) error {
 
 func (rs *restorer) segRef(d *dec) *segment {
 	i := d.u64()
-	if d.err != nil {
+	if d.err() != nil {
 		return nil
 	}
 	if i >= uint64(len(rs.segs)) {
@@ -487,8 +488,8 @@ func (rs *restorer) session(d *dec) error {
 	for i := range segs {
 		segs[i] = rs.segRef(d)
 	}
-	if d.err != nil {
-		return d.err
+	if d.err() != nil {
+		return d.err()
 	}
 	if _, dup := f.sessions[id]; dup {
 		return corrupt("session %q appears twice", id)
@@ -555,8 +556,8 @@ func (rs *restorer) replicas(d *dec, what string, size uint64) ([]replica, error
 			b.length = d.u64()
 			sum += b.length
 		}
-		if d.err != nil {
-			return nil, d.err
+		if d.err() != nil {
+			return nil, d.err()
 		}
 		if (r.status != Processing && r.status != Complete) || len(r.buffers) == 0 || (size != 0 && sum != size) {
 			return nil, corrupt("%s has a malformed replica", what)
@@ -568,14 +569,14 @@ func (rs *restorer) replicas(d *dec, what string, size uint64) ([]replica, error
 			rs.segUsed[b.seg] = append(rs.segUsed[b.seg], freeRange{b.offset, b.length})
 		}
 	}
-	return reps, d.err
+	return reps, d.err()
 }
 
 func (rs *restorer) draining(d *dec) error {
 	s := rs.segRef(d)
 	until := d.i64()
-	if d.err != nil {
-		return d.err
+	if d.err() != nil {
+		return d.err()
 	}
 	if s.draining {
 		return corrupt("segment %q is listed as draining twice", s.id)
@@ -587,7 +588,7 @@ func (rs *restorer) draining(d *dec) error {
 func (rs *restorer) replacedRec(d *dec) error {
 	key := d.str()
 	o, ok := rs.f.getObject(key)
-	if d.err == nil && (!ok || !o.processing() || rs.f.replaced[key] != nil) {
+	if d.err() == nil && (!ok || !o.processing() || rs.f.replaced[key] != nil) {
 		return corrupt("replaced replicas of %q, which is not an upsert in progress", key)
 	}
 	old, err := rs.replicas(d, "replaced replicas of "+strconv.Quote(key), 0)
@@ -616,8 +617,8 @@ func (rs *restorer) discardRec(d *dec) error {
 
 func (rs *restorer) memberRec(d *dec) error {
 	id, addr := d.str(), d.str()
-	if d.err != nil {
-		return d.err
+	if d.err() != nil {
+		return d.err()
 	}
 	if id == "" || addr == "" {
 		return corrupt("a member without an id or an address")
@@ -634,8 +635,8 @@ func (rs *restorer) memberRec(d *dec) error {
 
 func (rs *restorer) tombstone(d *dec) error {
 	t := tombstone{key: d.str(), keySeq: d.u64(), removedAtMs: d.i64()}
-	if d.err != nil {
-		return d.err
+	if d.err() != nil {
+		return d.err()
 	}
 	if t.key <= rs.lastTomb && rs.f.tombstones.Len() > 0 {
 		return corrupt("tombstones out of order at %q", t.key)
@@ -660,8 +661,8 @@ func (rs *restorer) ringEntry(d *dec) error {
 	e.PrefixHash = uint32(d.u64())
 	e.KeySequenceID = d.u64()
 	e.Source = oplog.Source(d.str())
-	if d.err != nil {
-		return d.err
+	if d.err() != nil {
+		return d.err()
 	}
 	if err := e.Verify(); err != nil {
 		return err

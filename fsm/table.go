@@ -52,8 +52,8 @@ func register[T any, C interface {
 		panic("fsm: command type " + strconv.Itoa(int(t)) + " registered twice")
 	}
 	commands[t] = commandDef{
-		name:  name,
-		new:   func() Command { return C(new(T)) },
+		name: name,
+		new:  func() Command { return C(new(T)) },
 		apply: func(f *FSM, c Command) Result {
 			cc, ok := c.(C)
 			if !ok {

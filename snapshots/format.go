@@ -34,6 +34,7 @@ import (
 	"encoding/binary"
 
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/internal/varint"
 )
 
 // Magic opens every snapshot file.
@@ -96,78 +97,24 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// headerDecoder decodes a header held in memory; the first error sticks so
-// that decodeHeader can read all fields and check once.
-type headerDecoder struct {
-	b   []byte
-	pos int
-	at  int64 // file offset of b[0], for messages
-	err error
-}
-
 func decodeHeader(b []byte, at int64) (Header, error) {
-	d := headerDecoder{b: b, at: at}
+	r := varint.NewReader(b)
+	str := func(what string) string { return string(r.Bytes(what)) }
 	h := Header{
-		RaftIndex:     d.uvarint("raft index"),
-		RaftTerm:      d.uvarint("raft term"),
-		AppliedSeq:    d.uvarint("applied seq"),
-		ClusterID:     d.string("cluster id"),
-		NodeID:        d.string("node id"),
-		CreatedUnixMs: d.varint("creation time"),
-		Segments:      d.uvarint("segment count"),
-		Sessions:      d.uvarint("session count"),
-		Objects:       d.uvarint("object count"),
-		Bytes:         d.uvarint("byte count"),
+		RaftIndex:     r.Uvarint("raft index"),
+		RaftTerm:      r.Uvarint("raft term"),
+		AppliedSeq:    r.Uvarint("applied seq"),
+		ClusterID:     str("cluster id"),
+		NodeID:        str("node id"),
+		CreatedUnixMs: r.Varint("creation time"),
+		Segments:      r.Uvarint("segment count"),
+		Sessions:      r.Uvarint("session count"),
+		Objects:       r.Uvarint("object count"),
+		Bytes:         r.Uvarint("byte count"),
 	}
-	if d.err == nil && d.pos != len(b) {
-		d.fail("%d bytes of trailing garbage", len(b)-d.pos)
+	r.Done()
+	if pos, msg, failed := r.Failure(); failed {
+		return h, errcode.New(errcode.FileReadFail, "malformed snapshot header at byte %d: %s", at+int64(pos), msg)
 	}
-	return h, d.err
-}
-
-func (d *headerDecoder) fail(format string, args ...any) {
-	if d.err == nil {
-		args = append([]any{d.at + int64(d.pos)}, args...)
-		d.err = errcode.New(errcode.FileReadFail, "malformed snapshot header at byte %d: "+format, args...)
-	}
-}
-
-func (d *headerDecoder) uvarint(field string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b[d.pos:])
-	if n <= 0 {
-		d.fail("bad or missing %s", field)
-		return 0
-	}
-	d.pos += n
-	return v
-}
-
-func (d *headerDecoder) varint(field string) int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b[d.pos:])
-	if n <= 0 {
-		d.fail("bad or missing %s", field)
-		return 0
-	}
-	d.pos += n
-	return v
-}
-
-func (d *headerDecoder) string(field string) string {
-	n := d.uvarint(field + " length")
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(len(d.b)-d.pos) {
-		d.fail("%s of %d bytes overruns the header", field, n)
-		return ""
-	}
-	s := string(d.b[d.pos : d.pos+int(n)])
-	d.pos += int(n)
-	return s
+	return h, nil
 }
