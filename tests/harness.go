@@ -6,11 +6,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,18 +15,17 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/client"
-	"github.com/moonraft/moonraft/internal/child"
-	"github.com/moonraft/moonraft/internal/freeport"
+	"github.com/moonraft/moonraft/internal/localcluster"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
 // built holds bin/moonraft and bin/moonctl, built once for the whole run:
 // linking the node takes seconds, and every test starts a cluster.
 var built struct {
-	once              sync.Once
-	dir               string // removed by TestMain
-	moonraft, moonctl string
-	err               error
+	once sync.Once
+	dir  string // removed by TestMain
+	bins map[string]string
+	err  error
 }
 
 // binaries builds bin/moonraft and bin/moonctl the first time a test asks
@@ -40,22 +36,12 @@ func binaries(t testing.TB) (moonraft, moonctl string) {
 		if built.dir, built.err = os.MkdirTemp("", "moonraft-tests-"); built.err != nil {
 			return
 		}
-		_, self, _, _ := runtime.Caller(0)
-		root := filepath.Dir(filepath.Dir(self))
-		for _, b := range []struct{ out, pkg string }{{"moonraft", "./cmd/node"}, {"moonctl", "./cmd/moonctl"}} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(built.dir, b.out), b.pkg)
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				built.err = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
-				return
-			}
-		}
-		built.moonraft, built.moonctl = filepath.Join(built.dir, "moonraft"), filepath.Join(built.dir, "moonctl")
+		built.bins, built.err = localcluster.Build(built.dir, nil, false, map[string]string{"moonraft": "./cmd/node", "moonctl": "./cmd/moonctl"})
 	})
 	if built.err != nil {
 		t.Fatal(built.err)
 	}
-	return built.moonraft, built.moonctl
+	return built.bins["moonraft"], built.bins["moonctl"]
 }
 
 // removeBinaries removes what binaries built.
@@ -65,44 +51,24 @@ func removeBinaries() {
 	}
 }
 
-// Proc is one moonraft process.
-type Proc struct {
-	child.Proc
-	ID, GRPCAddr, RaftAddr string
-	MooncakeAddr           string // the Mooncake protocol (--mooncake-addr)
-}
-
 // Cluster is n moonraft processes bootstrapped together.
 type Cluster struct {
 	t     testing.TB
 	ctl   string // bin/moonctl
-	Procs []*Proc
+	Procs []*localcluster.Node
 }
 
-func freePort(t testing.TB) string {
-	a, err := freeport.Addr()
+// StartCluster starts n nodes at the default flags and extra, each serving
+// the Mooncake protocol too, their data and logs under dir.
+func StartCluster(t testing.TB, dir string, n int, extra ...string) *Cluster {
+	bin, ctl := binaries(t)
+	nodes, err := localcluster.Layout(localcluster.Options{Nodes: n, Bin: bin, Dir: dir, LogDir: dir, Mooncake: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a
-}
-
-// StartCluster starts n nodes at the default flags and extra, their data
-// and logs under dir.
-func StartCluster(t testing.TB, dir string, n int, extra ...string) *Cluster {
-	bin, ctl := binaries(t)
-	c := &Cluster{t: t, ctl: ctl}
-	var peers []string
-	for i := 0; i < n; i++ {
-		p := &Proc{ID: fmt.Sprintf("n%d", i), GRPCAddr: freePort(t), RaftAddr: freePort(t), MooncakeAddr: freePort(t),
-			Proc: child.Proc{Bin: bin, LogPath: filepath.Join(dir, fmt.Sprintf("n%d.log", i))}}
-		c.Procs = append(c.Procs, p)
-		peers = append(peers, p.ID+"="+p.RaftAddr)
-	}
+	c := &Cluster{t: t, ctl: ctl, Procs: nodes}
 	for _, p := range c.Procs {
-		p.Args = append([]string{"--id", p.ID, "--data-dir", filepath.Join(dir, p.ID),
-			"--raft-addr", p.RaftAddr, "--grpc-addr", p.GRPCAddr, "--mooncake-addr", p.MooncakeAddr,
-			"--bootstrap", "--peers", strings.Join(peers, ","), "--log-level", "warn"}, extra...)
+		p.Args = append(p.Args, append([]string{"--log-level", "warn"}, extra...)...)
 		c.Start(p)
 	}
 	t.Cleanup(c.StopAll)
@@ -110,14 +76,14 @@ func StartCluster(t testing.TB, dir string, n int, extra ...string) *Cluster {
 }
 
 // Start (re)starts p with its original flags and data dir.
-func (c *Cluster) Start(p *Proc) {
+func (c *Cluster) Start(p *localcluster.Node) {
 	if err := p.Proc.Start(); err != nil {
 		c.t.Fatal(err)
 	}
 }
 
 // Kill sends sig to p and waits for it to exit.
-func (c *Cluster) Kill(p *Proc, sig syscall.Signal) {
+func (c *Cluster) Kill(p *localcluster.Node, sig syscall.Signal) {
 	p.Signal(sig)
 	if !p.Wait(15 * time.Second) {
 		c.t.Fatalf("%s did not exit after %v", p.ID, sig)
@@ -125,13 +91,7 @@ func (c *Cluster) Kill(p *Proc, sig syscall.Signal) {
 }
 
 // StopAll stops every process still running.
-func (c *Cluster) StopAll() {
-	var ps []*child.Proc
-	for _, p := range c.Procs {
-		ps = append(ps, &p.Proc)
-	}
-	child.StopAll(10*time.Second, ps...)
-}
+func (c *Cluster) StopAll() { localcluster.StopAll(c.Procs) }
 
 // Client dials every node's gRPC address; the client closes when the test
 // ends.
@@ -146,7 +106,7 @@ func (c *Cluster) Client() *client.Client {
 
 // Serving waits for a promoted leader and returns a context that ends
 // after timeout (or with the test), a client of every node, and the leader.
-func (c *Cluster) Serving(timeout time.Duration) (context.Context, *client.Client, *Proc) {
+func (c *Cluster) Serving(timeout time.Duration) (context.Context, *client.Client, *localcluster.Node) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	c.t.Cleanup(cancel)
 	cl := c.Client()
@@ -168,16 +128,10 @@ func (c *Cluster) Moonctl(args ...string) (stdout, stderr string, code int) {
 }
 
 // Endpoints lists every node's gRPC address.
-func (c *Cluster) Endpoints() []string {
-	var out []string
-	for _, p := range c.Procs {
-		out = append(out, p.GRPCAddr)
-	}
-	return out
-}
+func (c *Cluster) Endpoints() []string { return localcluster.Endpoints(c.Procs) }
 
 // Leader waits for a promoted leader and returns it.
-func (c *Cluster) Leader(ctx context.Context, cl *client.Client) *Proc {
+func (c *Cluster) Leader(ctx context.Context, cl *client.Client) *localcluster.Node {
 	for {
 		for _, p := range c.Procs {
 			sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)

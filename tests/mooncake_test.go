@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/cororpc"
+	"github.com/moonraft/moonraft/internal/localcluster"
 	"github.com/moonraft/moonraft/mooncakeapi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -253,7 +254,7 @@ func TestStoppingLeaderKeepsItsMooncakeClients(t *testing.T) {
 	}()
 
 	old.Signal(syscall.SIGTERM)
-	var next *Proc
+	var next *localcluster.Node
 	for next == nil || next == old {
 		time.Sleep(20 * time.Millisecond)
 		next = c.Leader(ctx, cl)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/internal/child"
+	"github.com/moonraft/moonraft/internal/localcluster"
 )
 
 // cmdEtcd is the command under which this binary runs a system's etcd.
@@ -48,43 +49,34 @@ func runEtcdProcess(args []string) error {
 // beside it (embedded etcds in one process would share one set of
 // counters).
 type etcdProc struct {
-	child.Proc
-	url  string
+	*localcluster.Etcd
 	http *http.Client
 }
 
 // startEtcd starts an etcd with its data under dir and waits until it
 // answers.
 func startEtcd(ctx context.Context, cfg config, dir string) (*etcdProc, error) {
-	clientURL, err := etcdbridge.FreeLocalURL()
+	e, err := localcluster.NewEtcd(cfg.benchBin, filepath.Join(dir, "etcd"))
 	if err != nil {
 		return nil, err
 	}
-	peerURL, err := etcdbridge.FreeLocalURL()
-	if err != nil {
-		return nil, err
-	}
-	e := &etcdProc{url: clientURL, http: &http.Client{Timeout: 5 * time.Second},
-		Proc: child.Proc{Bin: cfg.benchBin, Args: []string{cmdEtcd, "--data-dir", filepath.Join(dir, "etcd"), "--listen-client", clientURL, "--listen-peer", peerURL}}}
 	if cfg.verbose {
 		e.Output = os.Stderr
 	}
-	if err := e.Start(); err != nil {
+	ep := &etcdProc{Etcd: e, http: &http.Client{Timeout: 5 * time.Second}}
+	if err := e.Ready(ctx); err != nil {
+		ep.close()
 		return nil, err
 	}
-	if err := retryUntil(ctx, etcdbridge.EmbeddedReadyTimeout, func(ctx context.Context) error { _, err := e.load(ctx); return err }); err != nil {
-		e.close()
-		return nil, fmt.Errorf("etcd at %s: %w", clientURL, err)
-	}
-	return e, nil
+	return ep, nil
 }
 
-func (e *etcdProc) endpoints() []string { return []string{e.url} }
+func (e *etcdProc) endpoints() []string { return []string{e.URL} }
 
 // load reads the etcd's counters: committed proposals (one per write
 // transaction or lease grant) and bytes received from clients.
 func (e *etcdProc) load(ctx context.Context) (etcdLoad, error) {
-	families, err := scrapeMetrics(ctx, e.http, e.url)
+	families, err := scrapeMetrics(ctx, e.http, e.URL)
 	if err != nil {
 		return etcdLoad{}, err
 	}
@@ -98,7 +90,7 @@ func (e *etcdProc) load(ctx context.Context) (etcdLoad, error) {
 		return v, ok
 	}
 	if l.txns, l.known = sum("etcd_server_proposals_committed_total"); !l.known {
-		return l, fmt.Errorf("GET %s/metrics: no etcd_server_proposals_committed_total", e.url)
+		return l, fmt.Errorf("GET %s/metrics: no etcd_server_proposals_committed_total", e.URL)
 	}
 	l.bytes, _ = sum("etcd_network_client_grpc_received_bytes_total")
 	return l, nil

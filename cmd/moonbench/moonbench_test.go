@@ -5,13 +5,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/moonraft/moonraft/internal/localcluster"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -280,11 +280,9 @@ func TestSlowLogWrites(t *testing.T) {
 	defer cancel()
 	cfg := testConfig(t)
 	cfg.local = true
-	cfg.moonraftBin = filepath.Join(t.TempDir(), "moonraft")
-	build := exec.CommandContext(ctx, "go", "build", "-tags", "failpoints", "-o", cfg.moonraftBin, "./cmd/node")
-	build.Dir = filepath.Join("..", "..")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bins, err := localcluster.Build(t.TempDir(), []string{"failpoints"}, false, map[string]string{"moonraft": "./cmd/node"})
+	require.NoError(t, err)
+	cfg.moonraftBin = bins["moonraft"]
 
 	lc, err := startLocal(ctx, cfg, variant{})
 	require.NoError(t, err)

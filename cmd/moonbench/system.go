@@ -8,7 +8,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -18,7 +17,7 @@ import (
 	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/child"
-	"github.com/moonraft/moonraft/internal/freeport"
+	"github.com/moonraft/moonraft/internal/localcluster"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -124,14 +123,8 @@ type localCluster struct {
 	dir   string
 	v     variant
 	etcdP *etcdProc
-	procs []*proc
+	procs []*localcluster.Node
 	cl    *client.Client
-}
-
-type proc struct {
-	child.Proc
-	id, grpc string
-	http     string // where the node serves /metrics (and with --profile /debug/pprof)
 }
 
 func startLocal(ctx context.Context, cfg config, v variant) (*localCluster, error) {
@@ -148,38 +141,19 @@ func startLocal(ctx context.Context, cfg config, v variant) (*localCluster, erro
 		lc.close()
 		return nil, err
 	}
-	var peers []string
-	raftAddrs := map[string]string{}
-	for i := 0; i < 3; i++ {
-		id := fmt.Sprintf("n%d", i)
-		g, err := freeport.Addr()
-		if err != nil {
-			return nil, err
-		}
-		r, err := freeport.Addr()
-		if err != nil {
-			return nil, err
-		}
-		raftAddrs[id] = r
-		peers = append(peers, id+"="+r)
-		h, err := freeport.Addr()
-		if err != nil {
-			return nil, err
-		}
-		lc.procs = append(lc.procs, &proc{id: id, grpc: g, http: h, Proc: child.Proc{Bin: cfg.moonraftBin}})
+	if lc.procs, err = localcluster.Layout(localcluster.Options{Nodes: 3, Bin: cfg.moonraftBin, Dir: dir}); err != nil {
+		lc.close()
+		return nil, err
 	}
 	for _, p := range lc.procs {
 		// The default Raft timeouts and read mode: what users run.
-		p.Args = []string{"--id", p.id, "--data-dir", filepath.Join(dir, p.id), "--raft-addr", raftAddrs[p.id], "--grpc-addr", p.grpc,
-			"--bootstrap", "--peers", strings.Join(peers, ","),
-			"--etcd-endpoints", strings.Join(lc.etcdP.endpoints(), ","), "--log-level", "warn"}
+		p.Args = append(p.Args, "--etcd-endpoints", strings.Join(lc.etcdP.endpoints(), ","), "--log-level", "warn")
 		if v.readMode != "" {
 			p.Args = append(p.Args, "--read-mode", v.readMode)
 		}
 		if v.logStore != "" {
 			p.Args = append(p.Args, "--raft-log-store", v.logStore)
 		}
-		p.Args = append(p.Args, "--http-addr", p.http)
 		if cfg.profileDir != "" {
 			p.Args = append(p.Args, "--pprof")
 		}
@@ -191,11 +165,7 @@ func startLocal(ctx context.Context, cfg config, v variant) (*localCluster, erro
 			return nil, err
 		}
 	}
-	var eps []string
-	for _, p := range lc.procs {
-		eps = append(eps, p.grpc)
-	}
-	if lc.cl, err = client.Dial(client.Config{Endpoints: eps, MaxBackoff: 100 * time.Millisecond}); err != nil {
+	if lc.cl, err = client.Dial(client.Config{Endpoints: localcluster.Endpoints(lc.procs), MaxBackoff: 100 * time.Millisecond}); err != nil {
 		lc.close()
 		return nil, err
 	}
@@ -207,12 +177,12 @@ func startLocal(ctx context.Context, cfg config, v variant) (*localCluster, erro
 }
 
 // leader waits for a promoted leader.
-func (lc *localCluster) leader(ctx context.Context) (*proc, error) {
+func (lc *localCluster) leader(ctx context.Context) (*localcluster.Node, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, p := range lc.procs {
 			sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			st, err := lc.cl.Progress(sctx, p.grpc)
+			st, err := lc.cl.Progress(sctx, p.GRPCAddr)
 			cancel()
 			if err == nil && st.Role == "leader" && st.Promoted {
 				return p, nil
@@ -229,24 +199,24 @@ func (lc *localCluster) leader(ctx context.Context) (*proc, error) {
 
 // caughtUp waits until p has applied what the leader had applied when
 // asked.
-func (lc *localCluster) caughtUp(ctx context.Context, p *proc) error {
+func (lc *localCluster) caughtUp(ctx context.Context, p *localcluster.Node) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	l, err := lc.leader(ctx)
 	if err != nil {
 		return err
 	}
-	target, err := lc.cl.Progress(ctx, l.grpc)
+	target, err := lc.cl.Progress(ctx, l.GRPCAddr)
 	if err != nil {
 		return err
 	}
 	for {
-		if st, err := lc.cl.Progress(ctx, p.grpc); err == nil && st.AppliedIndex >= target.AppliedIndex {
+		if st, err := lc.cl.Progress(ctx, p.GRPCAddr); err == nil && st.AppliedIndex >= target.AppliedIndex {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s did not catch up with the leader's index %d: %w", p.id, target.AppliedIndex, ctx.Err())
+			return fmt.Errorf("%s did not catch up with the leader's index %d: %w", p.ID, target.AppliedIndex, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -293,23 +263,13 @@ func (lc *localCluster) exportBacklog(ctx context.Context) (uint64, error) {
 	return statusBacklog(ctx, lc.cl, lc.endpoints())
 }
 
-func (lc *localCluster) endpoints() []string {
-	var eps []string
-	for _, p := range lc.procs {
-		eps = append(eps, p.grpc)
-	}
-	return eps
-}
+func (lc *localCluster) endpoints() []string { return localcluster.Endpoints(lc.procs) }
 
 func (lc *localCluster) close() {
 	if lc.cl != nil {
 		lc.cl.Close()
 	}
-	var ps []*child.Proc
-	for _, p := range lc.procs {
-		ps = append(ps, &p.Proc)
-	}
-	child.StopAll(10*time.Second, ps...)
+	localcluster.StopAll(lc.procs)
 	if lc.etcdP != nil {
 		lc.etcdP.close()
 	}
@@ -341,7 +301,7 @@ func (lc *localCluster) profileNodes(ctx context.Context, d time.Duration, prefi
 	var wg sync.WaitGroup
 	errs := make([]error, len(lc.procs)+1)
 	for i, p := range lc.procs {
-		path := prefix + "-follower-" + p.id + ".pprof"
+		path := prefix + "-follower-" + p.ID + ".pprof"
 		if p == l {
 			path = prefix + "-leader.pprof"
 		}
@@ -369,8 +329,8 @@ func profileSelf(ctx context.Context, d time.Duration, path string) error {
 	return f.Close()
 }
 
-func profileNode(ctx context.Context, p *proc, d time.Duration, path string) error {
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.http, int(d.Seconds()))
+func profileNode(ctx context.Context, p *localcluster.Node, d time.Duration, path string) error {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.HTTPAddr, int(d.Seconds()))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -381,7 +341,7 @@ func profileNode(ctx context.Context, p *proc, d time.Duration, path string) err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("profile from %s: %s", p.id, resp.Status)
+		return fmt.Errorf("profile from %s: %s", p.ID, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -405,18 +365,18 @@ const slowLogThreshold = 0.064
 func (lc *localCluster) slowLogWrites(ctx context.Context) (int64, error) {
 	var n int64
 	for _, p := range lc.procs {
-		families, err := scrapeMetrics(ctx, http.DefaultClient, "http://"+p.http)
+		families, err := scrapeMetrics(ctx, http.DefaultClient, "http://"+p.HTTPAddr)
 		if err != nil {
 			return 0, err
 		}
 		mf, ok := families["moonraft_raft_log_append_seconds"]
 		if !ok || len(mf.GetMetric()) != 1 {
-			return 0, fmt.Errorf("%s: no moonraft_raft_log_append_seconds", p.id)
+			return 0, fmt.Errorf("%s: no moonraft_raft_log_append_seconds", p.ID)
 		}
 		h := mf.GetMetric()[0].GetHistogram()
 		i := slices.IndexFunc(h.GetBucket(), func(b *dto.Bucket) bool { return math.Abs(b.GetUpperBound()-slowLogThreshold) < 1e-9 })
 		if i < 0 {
-			return 0, fmt.Errorf("%s: moonraft_raft_log_append_seconds has no bucket %g", p.id, slowLogThreshold)
+			return 0, fmt.Errorf("%s: moonraft_raft_log_append_seconds has no bucket %g", p.ID, slowLogThreshold)
 		}
 		n += int64(h.GetSampleCount() - h.GetBucket()[i].GetCumulativeCount())
 	}

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,39 +16,25 @@ import (
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/internal/child"
 	"github.com/moonraft/moonraft/internal/freeport"
+	"github.com/moonraft/moonraft/internal/localcluster"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	"github.com/rs/zerolog"
 )
 
-// repoRoot is the module root, found from this file so tests run from any
-// directory.
-func repoRoot() string {
-	_, self, _, _ := runtime.Caller(0)
-	return filepath.Dir(filepath.Dir(filepath.Dir(self)))
-}
-
 // buildMoonraft builds bin/moonraft (./cmd/node) into dir, with the build
 // tags given (failpoints: the fault tests' failpoints, node/failpoint_on.go).
+// JEPSEN_RACE builds it with the race detector: the nodes then report a
+// data race in their logs, which fails the run, at several times the CPU
+// per request.
 func buildMoonraft(dir string, tags ...string) (string, error) {
-	out := filepath.Join(dir, "moonraft")
-	args := []string{"build", "-tags", strings.Join(tags, ","), "-o", out}
-	if os.Getenv("JEPSEN_RACE") != "" {
-		// The nodes then report a data race in their logs, which fails
-		// the run, at several times the CPU per request.
-		args = append(args, "-race")
-	}
-	cmd := exec.Command("go", append(args, "./cmd/node")...)
-	cmd.Dir = repoRoot()
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/node: %v\n%s", err, b)
-	}
-	return out, nil
+	bins, err := localcluster.Build(dir, tags, os.Getenv("JEPSEN_RACE") != "", map[string]string{"moonraft": "./cmd/node"})
+	return bins["moonraft"], err
 }
 
 // proc is one OS process of the run: etcd, a moonraft node or the etcd
 // follower. Its stdout and stderr are appended to LogPath across restarts.
 type proc struct {
-	child.Proc
+	*child.Proc
 	id       string
 	grpcAddr string // "" for etcd
 	raftAddr string // nodes only
@@ -173,17 +157,13 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 
 	// etcd runs as its own process (`moonraft etcd`, the embedded etcd of
 	// etcdbridge), so it shares nothing with the test process.
-	clientURL, err := etcdbridge.FreeLocalURL()
+	e, err := localcluster.NewEtcd(bin, filepath.Join(dataDir, "etcd"))
 	if err != nil {
 		return nil, err
 	}
-	peerURL, err := etcdbridge.FreeLocalURL()
-	if err != nil {
-		return nil, err
-	}
-	c.etcdURL = clientURL
-	c.etcd = &proc{id: "etcd", Proc: child.Proc{Bin: bin, LogPath: filepath.Join(outDir, "etcd.log"),
-		Args: []string{"etcd", "--data-dir", filepath.Join(dataDir, "etcd"), "--listen-client", clientURL, "--listen-peer", peerURL}}}
+	e.LogPath = filepath.Join(outDir, "etcd.log")
+	c.etcd, c.etcdURL = &proc{id: "etcd", Proc: &e.Proc}, e.URL
+	clientURL := e.URL
 	if err := c.etcd.Start(); err != nil {
 		return c, err
 	}
@@ -195,20 +175,12 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 		return c, err
 	}
 
-	var peers []string
-	for i := 0; i < cfg.nodes; i++ {
-		p := &proc{id: fmt.Sprintf("n%d", i), Proc: child.Proc{Bin: bin, LogPath: filepath.Join(outDir, fmt.Sprintf("n%d.log", i))}}
-		if p.grpcAddr, err = freeport.Addr(); err != nil {
-			return c, err
-		}
-		if p.raftAddr, err = freeport.Addr(); err != nil {
-			return c, err
-		}
-		if p.httpAddr, err = freeport.Addr(); err != nil {
-			return c, err
-		}
-		c.nodes = append(c.nodes, p)
-		peers = append(peers, p.id+"="+p.raftAddr)
+	nodes, err := localcluster.Layout(localcluster.Options{Nodes: cfg.nodes, Bin: bin, Dir: dataDir, LogDir: outDir})
+	if err != nil {
+		return c, err
+	}
+	for _, n := range nodes {
+		c.nodes = append(c.nodes, &proc{Proc: &n.Proc, id: n.ID, grpcAddr: n.GRPCAddr, raftAddr: n.RaftAddr, httpAddr: n.HTTPAddr})
 	}
 	if cfg.diskMB > 0 {
 		if err := c.mountDisks(cfg.diskMB); err != nil {
@@ -249,12 +221,11 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 		if level == "" {
 			level = "info"
 		}
-		p.Args = append([]string{"--id", p.id, "--data-dir", filepath.Join(dataDir, p.id),
-			"--raft-addr", p.raftAddr, "--grpc-addr", p.grpcAddr, "--http-addr", p.httpAddr,
-			"--bootstrap", "--peers", strings.Join(peers, ","),
+		p.Args = append(p.Args,
 			"--raft-dial", strings.Join(dials, ","),
-			"--etcd-endpoints", "http://" + etcdVia,
-			"--log-level", level}, cfg.extraArgs...)
+			"--etcd-endpoints", "http://"+etcdVia,
+			"--log-level", level)
+		p.Args = append(p.Args, cfg.extraArgs...)
 	}
 	for _, p := range c.nodes {
 		if err := p.Start(); err != nil {
@@ -277,7 +248,7 @@ func startCluster(ctx context.Context, bin, outDir, dataDir string, cfg clusterC
 	if err != nil {
 		return c, err
 	}
-	c.follower = &proc{id: "follower", grpcAddr: fa, Proc: child.Proc{Bin: bin, LogPath: filepath.Join(outDir, "follower.log"),
+	c.follower = &proc{id: "follower", grpcAddr: fa, Proc: &child.Proc{Bin: bin, LogPath: filepath.Join(outDir, "follower.log"),
 		Args: []string{"--follow-etcd", "--id", "follower", "--grpc-addr", fa, "--etcd-endpoints", clientURL, "--log-level", "info"}}}
 	if err := c.follower.Start(); err != nil {
 		return c, err
@@ -410,7 +381,7 @@ func (c *cluster) close() {
 	var ps []*child.Proc
 	for _, p := range append(append([]*proc{}, c.nodes...), c.follower) {
 		if p != nil {
-			ps = append(ps, &p.Proc)
+			ps = append(ps, p.Proc)
 		}
 	}
 	child.StopAll(10*time.Second, ps...)

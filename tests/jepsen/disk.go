@@ -106,7 +106,7 @@ func (c *cluster) healDisks() error {
 func (c *cluster) keepNodeData(dst string) error {
 	var ps []*child.Proc
 	for _, p := range c.nodes {
-		ps = append(ps, &p.Proc)
+		ps = append(ps, p.Proc)
 	}
 	child.StopAll(10*time.Second, ps...)
 	errs := []error{c.healDisks()}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	moonclient "github.com/moonraft/moonraft/client"
+	"github.com/moonraft/moonraft/internal/localcluster"
 	"github.com/moonraft/moonraft/oplog"
 )
 
@@ -69,7 +70,7 @@ type row struct {
 // output files, on any violation.
 func runJepsen(t *testing.T, cfg runConfig) summary {
 	stamp := time.Now().Format("20060102-150405")
-	outDir := filepath.Join(repoRoot(), "tests", "out", fmt.Sprintf("%s-%s-seed%d", cfg.name, stamp, cfg.seed))
+	outDir := filepath.Join(localcluster.RepoRoot(), "tests", "out", fmt.Sprintf("%s-%s-seed%d", cfg.name, stamp, cfg.seed))
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
