@@ -10,8 +10,8 @@ import (
 	"github.com/moonraft/moonraft/fsm"
 )
 
-// maxPingInterval is the longest wait between pings: DESIGN.md has clients
-// ping every second against a 10 s session TTL.
+// maxPingInterval is the longest wait between pings: clients ping every
+// second against the default 10 s session TTL.
 const maxPingInterval = time.Second
 
 // Keeper keeps a client's session alive: it pings, and remounts the

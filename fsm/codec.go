@@ -94,7 +94,7 @@ func (d *dec) done() error {
 	return d.err()
 }
 
-// Limits on client-supplied input (DESIGN.md, issue 2).
+// Limits on client-supplied input.
 const (
 	MaxKeyLen      = 4096
 	MaxRegexLen    = 4096

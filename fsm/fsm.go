@@ -1,6 +1,6 @@
 // Package fsm is moonraft's replicated state: segments and their allocators,
 // objects, client sessions, the key sequence map and the export ring, with
-// Apply for every command of DESIGN.md.
+// Apply for every command of the log (docs/ARCHITECTURE.md).
 //
 // The state is a pure function of the command stream: no clock (time comes
 // in commands as NowMs and only moves forward), no randomness, no goroutines,
@@ -147,7 +147,7 @@ type FSM struct {
 	tombQueue  []tombstone // in removal order: removedAtMs never decreases
 }
 
-// New returns an empty state with DESIGN.md's default parameters.
+// New returns an empty state with the default parameters.
 func New() *FSM {
 	return &FSM{
 		params:     DefaultParams(),

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestLeaseInvariant runs a long random stream and checks DESIGN.md's
+// TestLeaseInvariant runs a long random stream and checks the lease
 // invariant at the state-machine level: once a Tick has applied a read
 // lease renewal for a key, no unforced removal and no eviction removes that
 // key before the lease it promised has ended.

@@ -19,7 +19,8 @@ type Params struct {
 	KeySeqRetainMs       int64  // key_sequence_id of a removed key is kept this long
 }
 
-// DefaultParams are DESIGN.md's defaults.
+// DefaultParams are the defaults a cluster runs with until a leader's
+// Promote carries its own (docs/OPERATIONS.md lists them as flags).
 func DefaultParams() Params {
 	return Params{
 		LeaseTTLMs:           5_000,

@@ -252,7 +252,7 @@ func (o *object) heldBytes() uint64 {
 	return n
 }
 
-// promote is the one-time cleanup of a new leader (DESIGN.md "Promotion"):
+// promote is the one-time cleanup of a new leader (docs/ARCHITECTURE.md, "A failover"):
 // renewals and pings of the old leader's last tick may be lost, so every
 // object is leased and every session extended as if just renewed. The
 // object lease is a floor rather than a write to each object: O(1) however

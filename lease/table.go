@@ -5,8 +5,7 @@ package lease
 // read that renews it has the key's bytes in cache, so a merge touches one
 // slot per key, where a map[string] would hash the key's bytes again (a
 // cache miss by then) and reach its slot a miss later: the merge was 16 %
-// of the leader's CPU in master_bench's BatchGet (docs/BENCHMARKS.md,
-// "Reads, fifteenth pass").
+// of the leader's CPU in master_bench's BatchGet (2026-11-26).
 type table struct {
 	slots []slot // a power of two long and at most 3/4 full; nil when empty
 	n     int

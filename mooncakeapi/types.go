@@ -1,9 +1,12 @@
-// Package mooncakeapi holds the Mooncake master's RPC messages of release
-// 0.3.12.post1 (kvcache-ai/Mooncake 3b5a594: mooncake-store/include/
-// rpc_service.h, rpc_types.h, types.h, replica.h, allocator.h) as Go types
-// for structpack, and the table of its functions: coro_rpc id, arguments,
-// result. Field order and types follow the C++ declarations exactly: the
-// type hash struct_pack sends is computed from them.
+// Package mooncakeapi is the Mooncake front: the Mooncake master's RPC
+// messages of release 0.3.12.post1 (kvcache-ai/Mooncake 3b5a594:
+// mooncake-store/include/ rpc_service.h, rpc_types.h, types.h, replica.h,
+// allocator.h) as Go types for structpack, the table of its functions
+// (coro_rpc id, arguments, result), their mapping onto the service
+// contract (Handler), and the Front that answers on the leader and
+// forwards from followers. Field order and types follow the C++
+// declarations exactly: the type hash struct_pack sends is computed from
+// them.
 package mooncakeapi
 
 import (

@@ -111,7 +111,7 @@ type Config struct {
 // rate, within the deadlines clients use.
 const DefaultMaxPendingWrites = 512
 
-// DefaultConfig returns DESIGN.md's defaults with timeouts tuned for a LAN.
+// DefaultConfig returns the defaults, with timeouts tuned for a LAN.
 func DefaultConfig() Config {
 	return Config{
 		ClusterID:          "mooncake_cluster",

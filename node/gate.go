@@ -12,7 +12,7 @@ import (
 // would wait; its caller runs it again where it may.
 var errWouldWait = errcode.New(errcode.UnavailableInCurrentStatus, "the read would wait")
 
-// gate keeps DESIGN.md's lease invariant on the leader: a read that grants
+// gate keeps the lease invariant (docs/ARCHITECTURE.md) on the leader: a read that grants
 // a lease must not slip between a removal's flush of pending renewals and
 // the removal's apply. Reads hold the gate shared while they check the
 // state and record their renewal; a removal marks its key (or all keys)

@@ -43,8 +43,9 @@ func (n *Node) monitorLeadership(ctx context.Context) {
 	}
 }
 
-// leaderLoop runs DESIGN.md's promotion steps, then the ticker, until the
-// node loses leadership. Client writes are refused until promotion is done.
+// leaderLoop runs the promotion steps (docs/ARCHITECTURE.md, "A failover"),
+// then the ticker, until the node loses leadership. Client writes are
+// refused until promotion is done.
 func (n *Node) leaderLoop(ctx context.Context) {
 	// No lease outlives a term: reads of this term wait for its Promote and
 	// a round of its own.

@@ -1,7 +1,7 @@
-// Package node wires one moonraft server: hashicorp/raft with raft-wal or
-// raft-boltdb (log and stable store behind a LogCache), a FileSnapshotStore and a TCP
-// transport; the state machine; the leader loop that promotes a new leader
-// and proposes Ticks; and the propose/read paths the API serves.
+// Package node is the Raft host of one moonraft server: hashicorp/raft
+// over the stores of raftstore, the state machine, leadership and read
+// leases, the propose and read paths that implement the service contract,
+// the leader loop (promotion, ticks) and the OpLog export to etcd.
 package node
 
 import (

@@ -22,7 +22,7 @@ func (n *Node) IsLeader() bool {
 // Propose replicates a client command and returns its result. It is only
 // served by the promoted leader. Removals and upserts first flush pending
 // lease renewals and hold reads of their keys until applied, so a lease a
-// read has returned is never broken (DESIGN.md, "Time, leases, eviction").
+// read has returned is never broken (docs/ARCHITECTURE.md, "Invariants").
 func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	if err := n.AwaitLeader(ctx); err != nil {
 		return fsm.Result{}, err

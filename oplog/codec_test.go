@@ -12,8 +12,8 @@ import (
 	"github.com/moonraft/moonraft/oplog"
 )
 
-// mirror is what encoding/json makes of an entry with DESIGN.md's field
-// names; Encode must write the same bytes.
+// mirror is what encoding/json makes of an entry with the OpLog's field
+// names (docs/OPLOG.md); Encode must write the same bytes.
 type mirror struct {
 	SequenceID    uint64 `json:"sequence_id"`
 	Timestamp     int64  `json:"timestamp"`
@@ -79,7 +79,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			require.NoError(t, err, "%s", enc)
 			require.Equal(t, e, got)
 			require.NoError(t, got.Verify())
-			// Encode equals what encoding/json writes: the format of DESIGN.md,
+			// Encode equals what encoding/json writes: the OpLog's format,
 			// with encoding/json's escaping (all valid UTF-8, not only ASCII).
 			require.Equal(t, stdJSON(t, mirrorOf(e)), string(enc))
 			// AppendJSON appends.

@@ -1,3 +1,8 @@
+// Package raftstore is a node's state on disk: the Raft log stores
+// (raft-wal, raft-boltdb) with a checksum on every entry and the checks
+// made before Raft starts, the snapshot store's check, moving a data dir
+// from one log store to the other, and the offline restore that seeds a
+// data dir from a snapshot file and the OpLog in etcd.
 package raftstore
 
 import (

@@ -246,8 +246,7 @@ func defaultGCPercent(env string) int {
 // own unless GOMAXPROCS was set by hand: a loop sleeps in epoll_wait
 // holding its P until the runtime's monitor takes it back, and without the
 // extra Ps two loops on two CPUs made Get slower. One loop per CPU was not
-// reliably faster than the default (docs/BENCHMARKS.md, "Reads, tenth
-// pass").
+// reliably faster than the default (master_bench Get, 2026-11-26).
 func mooncakeLoops(n int, gomaxprocsSet bool) int {
 	if n < 0 {
 		return n

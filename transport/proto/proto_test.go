@@ -11,7 +11,7 @@ import (
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
-// designRPCs is the API listed in DESIGN.md "API (transport/)". A dropped or
+// designRPCs is the API of moonraft.v1.Master that clients rely on. A dropped or
 // renamed RPC fails TestServiceHasEveryRPC.
 var designRPCs = []string{
 	"ExistKey", "BatchExistKey", "GetReplicaList", "BatchGetReplicaList",
