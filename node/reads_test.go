@@ -25,7 +25,9 @@ func withReadMode(m ReadMode) func(*Config) {
 
 // TestReadModes: under a read lease, reads need no quorum round each (a
 // background renewal now and then); in quorum mode every read waits for
-// one. Both are reported in Status and counted in the metrics.
+// one. Both are reported in Status and counted in the metrics. One node:
+// what is counted is the rounds, and a three-node cluster's leader could
+// lose its leadership to a loaded machine midway through 200 rounds.
 func TestReadModes(t *testing.T) {
 	for _, tt := range []struct {
 		mode      ReadMode
@@ -36,7 +38,7 @@ func TestReadModes(t *testing.T) {
 		{ReadQuorum, 1 << 20, 200},
 	} {
 		t.Run(string(tt.mode), func(t *testing.T) {
-			c := newCluster(t, 3, time.Hour, withReadMode(tt.mode))
+			c := newCluster(t, 1, time.Hour, withReadMode(tt.mode))
 			nd := c.nodes[c.leader()]
 			mountSegments(t, nd)
 			put(t, nd, "k")
