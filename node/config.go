@@ -17,7 +17,7 @@ type Config struct {
 	ID       string
 	DataDir  string
 	RaftAddr string // host:port to listen on and advertise for Raft
-	GRPCAddr string // clients' address: served by Start, advertised in Promote for NOT_LEADER answers
+	GRPCAddr string // clients' address: served by Listen, advertised in Promote for NOT_LEADER answers
 	HTTPAddr string // health and status over HTTP; empty for none
 	// MooncakeAddr serves the Mooncake master's own protocol (coro_rpc,
 	// release 0.3.12.post1) for unmodified Mooncake clients; empty for none.
@@ -58,6 +58,10 @@ type Config struct {
 	AdminToken string
 	// Limits bound requests and clients on the gRPC API.
 	Limits transport.Limits
+	// Listen opens the node's listeners on GRPCAddr, MooncakeAddr and
+	// HTTPAddr once Raft runs (bin/moonraft: cmd/node/serve); Close calls
+	// stop before it stops Raft. nil: none.
+	Listen func(*Node) (stop func(), err error)
 
 	Params fsm.Params    // applied cluster-wide when this node becomes leader
 	Tick   time.Duration // how often the leader proposes a Tick

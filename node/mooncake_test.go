@@ -292,6 +292,6 @@ func TestDrainMooncakeWithoutANewLeader(t *testing.T) {
 	nd := c.nodes[c.leader()]
 	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	nd.DrainMooncake(dctx, 50*time.Millisecond)
+	listenersOf(nd).DrainMooncake(dctx, 50*time.Millisecond)
 	assert.NoError(t, dctx.Err(), "the drain ended by itself, not at its bound")
 }

@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -22,10 +21,8 @@ import (
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/lease"
-	"github.com/moonraft/moonraft/mooncakeapi"
 	"github.com/moonraft/moonraft/raftstore"
 	"github.com/moonraft/moonraft/transport"
-	"google.golang.org/grpc"
 )
 
 // Node is one running server.
@@ -63,11 +60,8 @@ type Node struct {
 	// neither bootstraps nor joins).
 	hadState bool
 
-	grpc *grpc.Server
-	http *http.Server
-	// stopMooncake ends the Mooncake protocol server (nil: not serving).
-	stopMooncake context.CancelFunc
-	mooncake     *mooncakeapi.Front // nil: not serving
+	// stopListeners closes the listeners Config.Listen opened (nil: none).
+	stopListeners func()
 
 	serverTLS, clientTLS *tls.Config // nil: plaintext
 	metrics              *nodeMetrics
@@ -408,7 +402,9 @@ func (n *Node) Close() error {
 	if n.closed.Swap(true) {
 		return nil
 	}
-	n.stopServers()
+	if n.stopListeners != nil {
+		n.stopListeners()
+	}
 	n.cancel()
 	err := n.raft.Shutdown().Error()
 	close(n.raftDown)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/moonraft/moonraft/cmd/node/serve"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/freeport"
@@ -63,6 +64,7 @@ func newClusterWithout(t testing.TB, n, absent int, tick time.Duration, opts ...
 		cfg.ElectionTimeout = 500 * time.Millisecond
 		cfg.LeaderLeaseTimeout = 250 * time.Millisecond
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: cfg.ID, Level: hclog.Warn})
+		cfg.Listen = listen
 		for _, o := range opts {
 			o(&cfg)
 		}
@@ -492,15 +494,15 @@ func memberAddrs(t *testing.T, nd *Node) map[string]string {
 
 func TestHTTPHealth(t *testing.T) {
 	c := newCluster(t, 1, time.Hour)
-	nd := c.nodes[c.leader()]
+	h := serve.HTTPHandler(c.nodes[c.leader()], false)
 	rec := httptest.NewRecorder()
-	nd.httpHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	assert.Equal(t, 200, rec.Code)
 	rec = httptest.NewRecorder()
-	nd.httpHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/status", nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/status", nil))
 	assert.Contains(t, rec.Body.String(), `"role":"leader"`)
 	rec = httptest.NewRecorder()
-	nd.httpHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
 	assert.Equal(t, "ok\n", rec.Body.String())
 }
 
@@ -643,11 +645,10 @@ func TestPprofOptIn(t *testing.T) {
 	c := newCluster(t, 1, time.Hour)
 	nd := c.nodes[c.leader()]
 	rec := httptest.NewRecorder()
-	nd.httpHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/", nil))
+	serve.HTTPHandler(nd, false).ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/", nil))
 	assert.Equal(t, 404, rec.Code, "off by default")
-	nd.cfg.Pprof = true
 	rec = httptest.NewRecorder()
-	nd.httpHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/", nil))
+	serve.HTTPHandler(nd, true).ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/", nil))
 	assert.Equal(t, 200, rec.Code)
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/moonraft/moonraft/cmd/node/serve"
 	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/node"
 	"github.com/moonraft/moonraft/raftstore"
@@ -50,6 +51,13 @@ func TestTLSAndAdminToken(t *testing.T) {
 	cfg.TLS = transport.TLSFiles{Cert: nodeCert, Key: nodeKey, CA: caFile}
 	cfg.AdminToken = "t0k3n"
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn})
+	cfg.Listen = func(n *node.Node) (func(), error) {
+		l, err := serve.Open(n, serve.Config{GRPCAddr: cfg.GRPCAddr, AdminToken: cfg.AdminToken})
+		if err != nil {
+			return nil, err
+		}
+		return l.Stop, nil
+	}
 	nd, err := node.Start(context.Background(), cfg)
 	require.NoError(t, err)
 	defer nd.Close()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/moonraft/moonraft/cmd/node/serve"
 	"github.com/moonraft/moonraft/cororpc"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/internal/listflag"
@@ -241,6 +242,17 @@ func defaultGCPercent(env string) int {
 	return n
 }
 
+// listenConfig is where and how cfg's node serves its clients.
+func listenConfig(cfg node.Config) serve.Config {
+	return serve.Config{
+		GRPCAddr: cfg.GRPCAddr, MooncakeAddr: cfg.MooncakeAddr, HTTPAddr: cfg.HTTPAddr,
+		MooncakeLoops: cfg.MooncakeLoops, HTTPTLS: cfg.HTTPTLS, Pprof: cfg.Pprof,
+		AdminToken: cfg.AdminToken, Limits: cfg.Limits,
+		LeaseTTLMs: uint64(cfg.Params.LeaseTTLMs), LeaderWithin: 2 * cfg.ElectionTimeout,
+		Logger: cfg.Logger.With("node", cfg.ID),
+	}
+}
+
 // mooncakeLoops is the number of the Mooncake protocol's event loops for
 // --mooncake-loops n (0: cororpc's default), and gives each loop a P of its
 // own unless GOMAXPROCS was set by hand: a loop sleeps in epoll_wait
@@ -303,6 +315,15 @@ func run(args []string) error {
 		}
 		defer cleanup()
 	}
+	var lis *serve.Listeners
+	cfg.Listen = func(n *node.Node) (func(), error) {
+		l, err := serve.Open(n, listenConfig(cfg))
+		if err != nil {
+			return nil, err
+		}
+		lis = l
+		return l.Stop, nil
+	}
 	n, err := node.Start(ctx, cfg)
 	if err != nil {
 		return err
@@ -326,7 +347,7 @@ func run(args []string) error {
 			// Its Mooncake clients move on the new master_view; until then
 			// this node forwards their calls.
 			dctx, dcancel := context.WithTimeout(context.Background(), o.mooncakeDrain)
-			n.DrainMooncake(dctx, mooncakeDrainQuiet)
+			lis.DrainMooncake(dctx, mooncakeDrainQuiet)
 			dcancel()
 		}
 	}
