@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/moonraft/moonraft/transport"
+	"github.com/moonraft/moonraft/raftnet"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -33,7 +33,7 @@ func TestFencedStream(t *testing.T) {
 			c.Close()
 		}
 	}()
-	tcp, err := transport.NewTCPStreamLayer("127.0.0.1:0")
+	tcp, err := raftnet.NewTCPStreamLayer("127.0.0.1:0")
 	require.NoError(t, err)
 	s := newFencedStream(tcp)
 	defer s.Close()

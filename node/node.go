@@ -1,7 +1,8 @@
 // Package node is the Raft host of one moonraft server: hashicorp/raft
-// over the stores of raftstore, the state machine, leadership and read
-// leases, the propose and read paths that implement the service contract,
-// the leader loop (promotion, ticks) and the OpLog export to etcd.
+// over raftstore's log stores and raftnet's transport, the state machine,
+// leadership and read leases, the propose and read paths that implement
+// the service contract, the leader loop (promotion, ticks) and the OpLog
+// export to etcd.
 package node
 
 import (
@@ -21,8 +22,8 @@ import (
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/lease"
+	"github.com/moonraft/moonraft/raftnet"
 	"github.com/moonraft/moonraft/raftstore"
-	"github.com/moonraft/moonraft/transport"
 )
 
 // Node is one running server.
@@ -31,7 +32,7 @@ type Node struct {
 	log   hclog.Logger
 	now   func() int64
 	raft  *raft.Raft
-	trans *guardedTransport
+	trans *raftnet.Transport
 	store raftstore.Store
 	disk  *diskHealth
 	// The disk watchdog's view of log writes and its hold on the Raft
@@ -264,16 +265,16 @@ func (n *Node) startRaft(ctx context.Context) error {
 	}
 	var stream raft.StreamLayer
 	if n.serverTLS != nil {
-		stream, err = transport.NewTLSStreamLayer(cfg.RaftAddr, n.serverTLS, n.clientTLS)
+		stream, err = raftnet.NewTLSStreamLayer(cfg.RaftAddr, n.serverTLS, n.clientTLS)
 	} else {
-		stream, err = transport.NewTCPStreamLayer(cfg.RaftAddr)
+		stream, err = raftnet.NewTCPStreamLayer(cfg.RaftAddr)
 	}
 	if err != nil {
 		return errcode.New(errcode.InvalidParams, "raft address %s: %v", cfg.RaftAddr, err)
 	}
 	n.stream = newFencedStream(stream)
 	tcfg.Stream = n.stream
-	n.trans = &guardedTransport{raft.NewNetworkTransportWithConfig(tcfg)}
+	n.trans = raftnet.NewTransport(tcfg)
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)

@@ -16,7 +16,7 @@
 //
 // TLSFiles builds the TLS configuration of a server (mutual TLS when it
 // has a CA), of a client (client.Config.TLS) and of the Raft transport
-// (TLSStreamLayer). ServerConfig.AdminToken makes the admin RPCs
+// (raftnet.NewTLSStreamLayer). ServerConfig.AdminToken makes the admin RPCs
 // (moonraftpb.AdminMethod) require "authorization: Bearer <token>", sent by clients
 // given client.Config.AdminToken; others get PERMISSION_DENIED. Limits caps
 // message size, batch length, regex length and each client's requests in

@@ -16,6 +16,7 @@ import (
 	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/raftnet"
 	"github.com/moonraft/moonraft/transport/certgen"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	"github.com/stretchr/testify/assert"
@@ -154,13 +155,13 @@ func TestTLSFilesErrors(t *testing.T) {
 
 // echoLayer serves a TLS stream layer that echoes one byte per connection,
 // recording the server side's errors.
-func echoLayer(t *testing.T, p *pki) (*TLSStreamLayer, *[]error, *sync.Mutex) {
+func echoLayer(t *testing.T, p *pki) (*raftnet.TLSStreamLayer, *[]error, *sync.Mutex) {
 	t.Helper()
 	sc, err := p.server.ServerConfig()
 	require.NoError(t, err)
 	cc, err := p.server.ClientConfig()
 	require.NoError(t, err)
-	layer, err := NewTLSStreamLayer("127.0.0.1:0", sc, cc)
+	layer, err := raftnet.NewTLSStreamLayer("127.0.0.1:0", sc, cc)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = layer.Close() })
 	var (
@@ -191,7 +192,7 @@ func echoLayer(t *testing.T, p *pki) (*TLSStreamLayer, *[]error, *sync.Mutex) {
 
 // roundTrip sends one byte over a connection of dialer to layer and reads
 // the echo.
-func roundTrip(dialer *TLSStreamLayer, addr net.Addr) error {
+func roundTrip(dialer *raftnet.TLSStreamLayer, addr net.Addr) error {
 	conn, err := dialer.Dial(raft.ServerAddress(addr.String()), 2*time.Second)
 	if err != nil {
 		return err
@@ -217,10 +218,15 @@ func roundTrip(dialer *TLSStreamLayer, addr net.Addr) error {
 func TestRaftStreamLayerMutualTLS(t *testing.T) {
 	p := newPKI(t)
 	layer, serverErrs, mu := echoLayer(t, p)
-	peer := func(files TLSFiles) *TLSStreamLayer {
+	sc, err := p.server.ServerConfig()
+	require.NoError(t, err)
+	peer := func(files TLSFiles) *raftnet.TLSStreamLayer {
 		cc, err := files.ClientConfig()
 		require.NoError(t, err)
-		return &TLSStreamLayer{client: cc}
+		l, err := raftnet.NewTLSStreamLayer("127.0.0.1:0", sc, cc)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close() })
+		return l
 	}
 	require.NoError(t, roundTrip(peer(p.server), layer.Addr()), "a peer with a node certificate of the CA")
 
@@ -260,7 +266,7 @@ func TestRaftStreamLayerNotAdvertisable(t *testing.T) {
 	p := newPKI(t)
 	sc, err := p.server.ServerConfig()
 	require.NoError(t, err)
-	_, err = NewTLSStreamLayer("0.0.0.0:0", sc, sc)
+	_, err = raftnet.NewTLSStreamLayer("0.0.0.0:0", sc, sc)
 	assert.Equal(t, errcode.InvalidParams, errcode.Of(err))
 }
 

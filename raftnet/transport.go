@@ -1,4 +1,8 @@
-package node
+// Package raftnet is the Raft network of a node: stream layers over TCP
+// and mutual TLS for hashicorp/raft's NetworkTransport, and the guarded
+// transport that closes two of hashicorp/raft's hazards (heartbeats beside
+// the main loop, and the pipeline deadlock).
+package raftnet
 
 import (
 	"sync"
@@ -6,7 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// guardedTransport is Raft's network transport with two of hashicorp/raft's
+// Transport is Raft's network transport with two of hashicorp/raft's
 // hazards closed.
 //
 // Heartbeats go through Raft's main loop. The transport's heartbeat fast
@@ -30,12 +34,17 @@ import (
 // until the leader changes. The guard reads every response and, once one
 // has failed, refuses further sends, so raft closes the pipeline and goes
 // back to its ordinary replication, which probes and backs off.
-type guardedTransport struct{ *raft.NetworkTransport }
+type Transport struct{ *raft.NetworkTransport }
 
-// SetHeartbeatHandler installs no handler: see guardedTransport.
-func (guardedTransport) SetHeartbeatHandler(func(raft.RPC)) {}
+// NewTransport is raft.NewNetworkTransportWithConfig, guarded.
+func NewTransport(cfg *raft.NetworkTransportConfig) *Transport {
+	return &Transport{raft.NewNetworkTransportWithConfig(cfg)}
+}
 
-func (t guardedTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+// SetHeartbeatHandler installs no handler: see Transport.
+func (Transport) SetHeartbeatHandler(func(raft.RPC)) {}
+
+func (t Transport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
 	p, err := t.NetworkTransport.AppendEntriesPipeline(id, target)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package node
+package raftnet
 
 import (
 	"io"
@@ -35,7 +35,7 @@ func TestPipelineAfterARefusedAppend(t *testing.T) {
 	require.NoError(t, err)
 	defer leader.Close()
 
-	p, err := guardedTransport{leader}.AppendEntriesPipeline("f", follower.LocalAddr())
+	p, err := Transport{leader}.AppendEntriesPipeline("f", follower.LocalAddr())
 	require.NoError(t, err)
 	send := func() error {
 		_, err := p.AppendEntries(&raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax}, Term: 1,
@@ -111,5 +111,5 @@ func TestHeartbeatsReachTheMainLoop(t *testing.T) {
 	}
 	leader := newTransport(t)
 	require.True(t, heartbeat(t, newTransport(t), leader), "unguarded, the transport takes the fast path (else this test proves nothing)")
-	require.False(t, heartbeat(t, guardedTransport{newTransport(t)}, leader), "guarded, the heartbeat must reach the main loop")
+	require.False(t, heartbeat(t, Transport{newTransport(t)}, leader), "guarded, the heartbeat must reach the main loop")
 }
