@@ -125,6 +125,10 @@ func (s *Listeners) open(n Node, cfg Config) error {
 		}
 		if cfg.HTTPTLS {
 			hc := n.ServerTLS().Clone()
+			if hc == nil {
+				_ = l.Close()
+				return errcode.New(errcode.InvalidParams, "http over TLS needs the node's certificate (--tls-cert, --tls-key)")
+			}
 			if hc.ClientCAs != nil {
 				hc.ClientAuth = tls.VerifyClientCertIfGiven
 			}
