@@ -641,6 +641,18 @@ func relayAddrs(rs []*relay) []string {
 	return out
 }
 
+// TestHTTPTLSNeedsACertificate: the listeners refuse HTTP over TLS on a
+// node without a certificate with a clear error, and open nothing.
+func TestHTTPTLSNeedsACertificate(t *testing.T) {
+	c := newCluster(t, 1, time.Hour)
+	addr := freeAddr(t)
+	_, err := serve.Open(c.nodes[c.leader()], serve.Config{HTTPAddr: addr, HTTPTLS: true})
+	assert.Equal(t, errcode.InvalidParams, errcode.Of(err), "%v", err)
+	l, err := net.Listen("tcp", addr)
+	require.NoError(t, err, "the address was let go")
+	_ = l.Close()
+}
+
 func TestPprofOptIn(t *testing.T) {
 	c := newCluster(t, 1, time.Hour)
 	nd := c.nodes[c.leader()]
