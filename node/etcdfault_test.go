@@ -561,3 +561,39 @@ func TestRestartDuringEtcdOutage(t *testing.T) {
 	require.Error(t, err, "a new node checks its etcd first")
 	assert.Equal(t, errcode.EtcdOperationError, errcode.Of(err), "%v", err)
 }
+
+// TestExportedSeqAfterLeaderChange: a new leader that cannot reach etcd
+// reports as exported what its ring says surely is (every entry before the
+// ring's first), not 0 or another term's figure, so the backlog a status
+// shows (applied_seq − exported_seq, `moonctl status`'s EXPORT LAG) is the
+// ring's, not the whole OpLog.
+func TestExportedSeqAfterLeaderChange(t *testing.T) {
+	e := testEtcd(t)
+	proxy := etcdProxy(t, e.Endpoints[0])
+	viaProxy := e
+	viaProxy.Endpoints = []string{"http://" + proxy.Listen}
+	viaProxy.DialTimeout = 2 * time.Second
+	c := newCluster(t, 3, 50*time.Millisecond, withEtcd(viaProxy), func(c *Config) { c.ExportRenewals = false })
+	l := c.leader()
+	direct, err := etcdbridge.Open(e)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = direct.Close() })
+	mountSegments(t, c.nodes[l])
+	for i := range 5 {
+		put(t, c.nodes[l], fmt.Sprintf("k%d", i))
+	}
+	exported := waitExported(t, c.nodes[l], direct, 10*time.Second)
+
+	proxy.Stop() // the next leader cannot read etcd's latest
+	for i := range 3 {
+		put(t, c.nodes[l], fmt.Sprintf("after-%d", i))
+	}
+	c.stop(l) // the new leader holds every acknowledged put
+
+	nl := c.leader()
+	st := c.nodes[nl].Status()
+	require.True(t, st.Promoted)
+	assert.Equal(t, exported+3, st.AppliedSeq, "three PUT_ENDs since the export")
+	assert.EqualValues(t, 3, st.ExportRingLen)
+	assert.Equal(t, exported, st.ExportedSeq, "what the ring says is exported, not what this node never wrote")
+}

@@ -66,6 +66,15 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		}
 	}
 	if n.etcd != nil {
+		// What this node last knew of the export may be another term's,
+		// or nothing: until the export loop has read etcd's latest, the
+		// ring says what is surely exported (every entry before it was
+		// acknowledged), so a status never reports the whole applied seq
+		// as a backlog after a leader change.
+		n.sm.read(func(f *fsm.FSM) {
+			st := f.Stats()
+			n.exportedSeq.Store(st.AppliedSeq - uint64(st.RingLen))
+		})
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		wg.Add(2)
