@@ -35,6 +35,14 @@ type Pending struct{ es []ringEntry }
 // Len is the number of entries.
 func (p Pending) Len() int { return len(p.es) }
 
+// OldestMs is the command time of the oldest entry; ok is false for none.
+func (p Pending) OldestMs() (ms int64, ok bool) {
+	if len(p.es) == 0 {
+		return 0, false
+	}
+	return p.es[0].tsMs, true
+}
+
 // Entries returns the entries, newly built.
 func (p Pending) Entries() []oplog.Entry {
 	out := make([]oplog.Entry, len(p.es))

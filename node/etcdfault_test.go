@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -596,4 +597,21 @@ func TestExportedSeqAfterLeaderChange(t *testing.T) {
 	assert.Equal(t, exported+3, st.AppliedSeq, "three PUT_ENDs since the export")
 	assert.EqualValues(t, 3, st.ExportRingLen)
 	assert.Equal(t, exported, st.ExportedSeq, "what the ring says is exported, not what this node never wrote")
+
+	// The backlog's age: the oldest of the three waits since its put.
+	nd := c.nodes[nl]
+	age := nd.backlogAge(st.ExportedSeq)
+	assert.Greater(t, age, time.Duration(0))
+	assert.Less(t, age, time.Minute)
+	assert.Zero(t, nd.backlogAge(st.AppliedSeq), "nothing waits after the last entry")
+	assert.Contains(t, scrape(t, nd), "moonraft_export_backlog_seconds ")
+}
+
+// scrape is what nd's /metrics serves.
+func scrape(t *testing.T, nd *Node) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	nd.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	require.Equal(t, 200, rec.Code)
+	return rec.Body.String()
 }

@@ -163,6 +163,7 @@ var (
 	dRing         = desc("export_ring_entries", "OpLog entries produced but not yet acknowledged as written to etcd.")
 	dAppliedSeq   = desc("applied_seq", "Last OpLog sequence id produced by the state machine.")
 	dExportedSeq  = desc("exported_seq", "Last OpLog sequence id the leader wrote to etcd (leader only).")
+	dBacklogAge   = desc("export_backlog_seconds", "Age of the oldest OpLog entry the leader has not yet written to etcd: the window a rebuild from a snapshot plus etcd would miss (leader only; 0 when none waits).")
 	dEvictions    = desc("evictions_total", "Objects evicted under memory pressure, as applied on this node.")
 	dLeader       = desc("leader", "1 on the promoted leader (serving clients), else 0.")
 	dState        = desc("raft_state", "1 for this node's current Raft state.", "state")
@@ -181,7 +182,7 @@ var (
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dObjects, dProcessing, dSegments, dSessions, dUsed, dCapacity, dSegUsed, dSegCapacity,
-		dRing, dAppliedSeq, dExportedSeq, dEvictions, dLeader, dState, dTerm, dCommitIndex, dAppliedIndex, dLastIndex,
+		dRing, dAppliedSeq, dExportedSeq, dBacklogAge, dEvictions, dLeader, dState, dTerm, dCommitIndex, dAppliedIndex, dLastIndex,
 		dLastContact, dLag, dEtcdTxns, dEtcdBytes, dReadMode, dLease, dRounds} {
 		ch <- d
 	}
@@ -221,7 +222,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 	leader := n.IsLeader()
 	if leader {
-		gauge(ch, dExportedSeq, float64(n.exportedSeq.Load()))
+		exported := n.exportedSeq.Load()
+		gauge(ch, dExportedSeq, float64(exported))
+		if n.etcd != nil {
+			gauge(ch, dBacklogAge, n.backlogAge(exported).Seconds())
+		}
 	}
 	gauge(ch, dLeader, b2f(leader))
 	state := n.raft.State()
@@ -254,6 +259,20 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(ch, dEtcdBytes, float64(es.OplogBytes), "oplog")
 		counter(ch, dEtcdBytes, float64(es.RenewalBytes), "renewals")
 	}
+}
+
+// backlogAge is how long the oldest OpLog entry after exported has waited
+// for etcd (0: none waits).
+func (n *Node) backlogAge(exported uint64) time.Duration {
+	var (
+		oldest int64
+		waits  bool
+	)
+	n.sm.read(func(f *fsm.FSM) { oldest, waits = f.RingAfter(exported, 1).OldestMs() })
+	if !waits {
+		return 0
+	}
+	return time.Duration(max(0, n.now()-oldest)) * time.Millisecond
 }
 
 func b2f(b bool) float64 {
