@@ -19,8 +19,10 @@ var (
 )
 
 // TestDocLinks: every relative link in README.md and docs/*.md resolves
-// in a clone of the repository — the file or directory exists, and an
-// #anchor names a heading of the page it points to (GitHub's slugs).
+// in a clone of the repository — the file or directory exists, no link
+// climbs out of it with ../, and an #anchor names a heading of the page it
+// points to (GitHub's slugs). A link to code from docs/ starts at the
+// repository's root: /fsm/table.go.
 func TestDocLinks(t *testing.T) {
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(self))
@@ -38,8 +40,14 @@ func TestDocLinks(t *testing.T) {
 			}
 			path, anchor, _ := strings.Cut(link, "#")
 			target := page
-			if path != "" {
+			switch {
+			case strings.HasPrefix(path, "/"): // from the repository's root, as GitHub reads it
+				target = filepath.Join(root, path)
+			case path != "":
 				target = filepath.Join(filepath.Dir(page), path)
+			}
+			if path != "" {
+				assert.NotContains(t, path, "../", "%s: %s climbs out of docs/; start at the repository's root (/…)", filepath.Base(page), link)
 				rel, err := filepath.Rel(root, target)
 				require.NoError(t, err)
 				if !assert.False(t, strings.HasPrefix(rel, ".."), "%s: %s points outside the repository", filepath.Base(page), link) {
