@@ -52,8 +52,6 @@ func (d *dec) err() error {
 	return nil
 }
 
-func (d *dec) fail(format string, args ...any) { d.Fail(format, args...) }
-
 func (d *dec) u64() uint64 { return d.Uvarint("number") }
 func (d *dec) i64() int64  { return d.Varint("number") }
 
@@ -64,7 +62,7 @@ func (d *dec) bool() bool {
 	case 1:
 		return true
 	default:
-		d.fail("boolean is %d", v)
+		d.Fail("boolean is %d", v)
 		return false
 	}
 }
@@ -82,7 +80,7 @@ func (d *dec) count(minBytes int) int {
 		return 0
 	}
 	if n > uint64(d.Remaining()/minBytes) {
-		d.fail("list of %d elements but only %d bytes remain", n, d.Remaining())
+		d.Fail("list of %d elements but only %d bytes remain", n, d.Remaining())
 		return 0
 	}
 	return int(n)

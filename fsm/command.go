@@ -334,7 +334,7 @@ func (c *PutStart) decode(d *dec) {
 	}
 	n := d.u64()
 	if n > MaxReplicas {
-		d.fail("replica_num %d", n)
+		d.Fail("replica_num %d", n)
 	}
 	c.ReplicaNum = uint32(n)
 	c.SoftPin = d.bool()
@@ -476,7 +476,7 @@ func (c *Batch) decode(d *dec) {
 			err = errcode.New(errcode.InvalidParams, "a batch holds only PutStart, PutEnd, PutRevoke, UpsertStart and Remove (item %d)", i)
 		}
 		if err != nil {
-			d.fail("item %d: %v", i, err)
+			d.Fail("item %d: %v", i, err)
 			return
 		}
 		c.Cmds[i] = cmd

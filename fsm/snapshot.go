@@ -474,7 +474,7 @@ func (rs *restorer) segRef(d *dec) *segment {
 		return nil
 	}
 	if i >= uint64(len(rs.segs)) {
-		d.fail("segment index %d of %d", i, len(rs.segs))
+		d.Fail("segment index %d of %d", i, len(rs.segs))
 		return nil
 	}
 	return rs.segs[i]
