@@ -187,6 +187,9 @@ type Stats struct {
 	KeyIndex bool
 }
 
+// AppliedSeq is the sequence id of the last OpLog entry produced.
+func (f *FSM) AppliedSeq() uint64 { return f.appliedSeq }
+
 // Stats returns counters of the state.
 func (f *FSM) Stats() Stats {
 	return Stats{

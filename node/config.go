@@ -44,6 +44,12 @@ type Config struct {
 	// before etcd's watchers can see it. 0: every entry as soon as read.
 	ExportLinger time.Duration
 	OplogRetain  uint64 // OpLog entries kept in etcd behind the last snapshot
+	// ExportSoftEntries and ExportSoftAge are the export's soft bound:
+	// past that many entries etcd has not taken, or an oldest one that old,
+	// client writes are paced to etcd's rate (pace.go). The hard bound is
+	// Params.ExportRingCap.
+	ExportSoftEntries uint64
+	ExportSoftAge     time.Duration
 
 	// TLS secures the node's gRPC server and client, and its Raft
 	// transport (a TLS stream layer); with a CA, both require mutual TLS.
@@ -115,6 +121,15 @@ type Config struct {
 // rate, within the deadlines clients use.
 const DefaultMaxPendingWrites = 512
 
+// The export's default soft bound (docs/OPERATIONS.md, "When writes
+// outpace etcd"): a quarter of the default ring, and half a minute of
+// what a rebuild from etcd would miss. A sweep step of batch puts at
+// several times etcd's rate (moonbench, 7 s) stays under it.
+const (
+	DefaultExportSoftEntries = 250_000
+	DefaultExportSoftAge     = 30 * time.Second
+)
+
 // DefaultConfig returns the defaults, with timeouts tuned for a LAN.
 func DefaultConfig() Config {
 	return Config{
@@ -132,6 +147,8 @@ func DefaultConfig() Config {
 		ExportRenewals:     true,
 		ExportLinger:       200 * time.Millisecond,
 		OplogRetain:        10_000,
+		ExportSoftEntries:  DefaultExportSoftEntries,
+		ExportSoftAge:      DefaultExportSoftAge,
 	}
 }
 
@@ -158,6 +175,10 @@ func (c *Config) validate() error {
 		return errcode.New(errcode.InvalidParams, "export linger must not be negative, got %v", c.ExportLinger)
 	case c.GracefulUnmountMax < 0:
 		return errcode.New(errcode.InvalidParams, "graceful unmount bound must not be negative, got %v", c.GracefulUnmountMax)
+	case c.ExportSoftEntries == 0 || c.ExportSoftAge <= 0:
+		return errcode.New(errcode.InvalidParams, "the export's soft bound must be positive, got %d entries and %v", c.ExportSoftEntries, c.ExportSoftAge)
+	case c.Params.ExportRingCap > 0 && c.ExportSoftEntries >= c.Params.ExportRingCap:
+		return errcode.New(errcode.InvalidParams, "the export's soft bound (%d entries) must be below its hard bound --export-ring (%d)", c.ExportSoftEntries, c.Params.ExportRingCap)
 	case c.MaxPendingWrites == 0 || c.MaxPendingWrites < -1:
 		return errcode.New(errcode.InvalidParams, "max pending writes must be positive or -1 (no bound), got %d", c.MaxPendingWrites)
 	case c.Bootstrap && len(c.Peers) == 0:

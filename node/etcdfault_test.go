@@ -93,6 +93,7 @@ func TestEtcdOutageThroughToxiproxy(t *testing.T) {
 	c := newCluster(t, 3, 50*time.Millisecond, withEtcd(viaProxy), func(c *Config) {
 		c.ExportRenewals = false
 		c.Params.ExportRingCap = ringCap
+		c.ExportSoftEntries = ringCap / 2
 		c.Params.ClientTTLMs = 3000 // 30 pings of margin
 		c.Params.LeaseTTLMs = 100
 		c.Params.HighWatermarkPPM = 500_000 // only reached when c2's spare segment goes
@@ -144,11 +145,9 @@ func TestEtcdOutageThroughToxiproxy(t *testing.T) {
 	putObj := func(key string) errcode.Code {
 		t.Helper()
 		now := time.Now().UnixMilli()
-		r, err := nd.Propose(ctx(t), &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{objSize},
-			ReplicaNum: 1, PreferredSegment: "host0", ClientID: "c1"})
-		require.NoError(t, err)
-		if r.Err != nil {
-			return r.Code()
+		if code := proposeCode(nd, &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{objSize},
+			ReplicaNum: 1, PreferredSegment: "host0", ClientID: "c1"}); code != errcode.OK {
+			return code
 		}
 		mustPropose(t, nd, &fsm.PutEnd{NowMs: now, Key: key, ClientID: "c1"})
 		return errcode.OK
@@ -175,9 +174,8 @@ func TestEtcdOutageThroughToxiproxy(t *testing.T) {
 	st := nd.Status()
 	assert.Equal(t, uint64(ringCap), st.ExportRingLen)
 	assert.Equal(t, uint64(pre+ringCap), st.AppliedSeq)
-	r, err := nd.Propose(ctx(t), &fsm.Remove{NowMs: time.Now().UnixMilli(), Key: "pre0", Force: true})
-	require.NoError(t, err)
-	assert.Equal(t, errcode.EtcdOperationError, r.Code(), "removes are refused too")
+	assert.Equal(t, errcode.EtcdOperationError, proposeCode(nd, &fsm.Remove{NowMs: time.Now().UnixMilli(), Key: "pre0", Force: true}),
+		"removes are refused too")
 	latest, err := direct.Latest(ctx(t))
 	require.NoError(t, err)
 	assert.Equal(t, before, latest, "nothing reached etcd during the outage")
@@ -461,6 +459,7 @@ func TestEtcdBlackholeThroughToxiproxy(t *testing.T) {
 	c := newCluster(t, 3, time.Hour, withEtcd(viaProxy), func(c *Config) {
 		c.ExportRenewals = false
 		c.Params.ExportRingCap = ringCap
+		c.ExportSoftEntries = ringCap / 2
 	})
 	nd := c.nodes[c.leader()]
 	direct, err := etcdbridge.Open(e)
@@ -477,10 +476,8 @@ func TestEtcdBlackholeThroughToxiproxy(t *testing.T) {
 	for i := 0; i < 10*ringCap; i++ {
 		now := time.Now().UnixMilli()
 		key := fmt.Sprintf("k%d", i)
-		r, err := nd.Propose(ctx(t), &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{1024}, ReplicaNum: 2, ClientID: "c1"})
-		require.NoError(t, err)
-		if r.Err != nil {
-			require.Equal(t, errcode.EtcdOperationError, r.Code())
+		if code := proposeCode(nd, &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{1024}, ReplicaNum: 2, ClientID: "c1"}); code != errcode.OK {
+			require.Equal(t, errcode.EtcdOperationError, code)
 			break
 		}
 		mustPropose(t, nd, &fsm.PutEnd{NowMs: now, Key: key, ClientID: "c1"})
@@ -605,6 +602,18 @@ func TestExportedSeqAfterLeaderChange(t *testing.T) {
 	assert.Less(t, age, time.Minute)
 	assert.Zero(t, nd.backlogAge(st.AppliedSeq), "nothing waits after the last entry")
 	assert.Contains(t, scrape(t, nd), "moonraft_export_backlog_seconds ")
+}
+
+// proposeCode proposes cmd and returns its error code, whether the node
+// refused it (the export's bound) or the state machine did.
+func proposeCode(nd *Node, cmd fsm.Command) errcode.Code {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := nd.Propose(c, cmd)
+	if err != nil {
+		return errcode.Of(err)
+	}
+	return r.Code()
 }
 
 // scrape is what nd's /metrics serves.

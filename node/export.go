@@ -97,6 +97,8 @@ func (n *Node) publishMooncakeView(ctx context.Context, v etcdbridge.MasterView)
 // each transaction fenced on the previous latest. The leader then proposes
 // Exported so every node trims its ring.
 func (n *Node) exportLoop(ctx context.Context) {
+	n.pacer.start()
+	defer n.pacer.stop()
 	var (
 		latest    uint64
 		known     bool
@@ -125,6 +127,7 @@ func (n *Node) exportLoop(ctx context.Context) {
 			cancel()
 			if err != nil {
 				n.log.Warn("etcd unreachable, export waits", "error", err)
+				n.pacer.failed(err)
 				backoff.wait(ctx)
 				continue
 			}
@@ -158,6 +161,7 @@ func (n *Node) exportLoop(ctx context.Context) {
 				continue
 			case err != nil:
 				n.log.Warn("OpLog export failed, retrying", "from_seq", latest+1, "error", err)
+				n.pacer.failed(err)
 				backoff.wait(ctx)
 				continue
 			}
@@ -165,6 +169,7 @@ func (n *Node) exportLoop(ctx context.Context) {
 			lastWrite = time.Now()
 			latest = batch[len(batch)-1].SequenceID
 			n.exportedSeq.Store(latest)
+			n.pacer.took(uint64(len(batch)))
 			if time.Since(proposeAt) >= n.cfg.Tick {
 				propose()
 			}
@@ -173,6 +178,7 @@ func (n *Node) exportLoop(ctx context.Context) {
 		if len(batch) > 0 {
 			continue
 		}
+		n.pacer.idle()
 		select {
 		case <-ctx.Done():
 		case <-n.ringCh:
@@ -197,6 +203,7 @@ func (n *Node) nextBatch(ctx context.Context, latest uint64, lastWrite time.Time
 	if linger := n.cfg.ExportLinger; linger > 0 && pending.Len() > 0 && pending.Len() < n.etcd.MaxBatch() && time.Since(lastWrite) <= 2*linger {
 		n.linger(ctx, func() bool { read(); return pending.Len() >= n.etcd.MaxBatch() })
 	}
+	n.pacer.setOldest(pending)
 	batch := pending.Entries()       // outside the state's lock
 	values := n.etcd.FitBatch(batch) // within etcd's request size too
 	return batch[:len(values)], values

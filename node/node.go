@@ -70,6 +70,7 @@ type Node struct {
 	// OpLog export (nil etcd: export disabled).
 	etcd        *etcdbridge.Store
 	exportedSeq atomic.Uint64
+	pacer       *pacer
 	ringCh      chan struct{}     // a command was applied: the ring may have grown
 	snapCh      chan snapshotDone // a snapshot was persisted
 	renewMu     sync.Mutex
@@ -126,6 +127,15 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		leaderSignal: newLeaderSignal(),
 		raftDown:     make(chan struct{}),
 		halted:       make(chan struct{}),
+	}
+	n.pacer = &pacer{
+		softEntries: cfg.ExportSoftEntries,
+		softAge:     cfg.ExportSoftAge,
+		hard:        cfg.Params.ExportRingCap,
+		maxWait:     undeadlinedPaceWait,
+		backlog:     n.backlog,
+		nowMs:       cfg.Now,
+		now:         time.Now,
 	}
 	n.batcher = lease.NewBatcher(renewalCoalesceMs, maxWaitingRenewals, func(key string) (ok bool) {
 		n.sm.read(func(f *fsm.FSM) { _, _, ok = f.Lease(key) })

@@ -31,6 +31,11 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 		return fsm.Result{}, err
 	}
 	defer n.pendingWrites.Add(-1)
+	paced, err := n.pacer.admit(ctx, entriesOf(cmd))
+	if err != nil {
+		return fsm.Result{}, err
+	}
+	defer paced()
 	var release func()
 	switch c := cmd.(type) {
 	case *fsm.Remove, *fsm.UpsertStart:
@@ -76,13 +81,19 @@ func (n *Node) ProposeBatch(ctx context.Context, cmds []fsm.Command) ([]fsm.Resu
 			return nil, errcode.New(errcode.InvalidParams, "batch item %d: %T cannot be batched", i, c)
 		}
 	}
+	batch := &fsm.Batch{Cmds: cmds}
+	paced, err := n.pacer.admit(ctx, entriesOf(batch))
+	if err != nil {
+		return nil, err
+	}
+	defer paced()
 	if release := n.gateKeys(cmds); release != nil {
 		defer release()
 		if _, err := n.tick(ctx, true); err != nil {
 			return nil, err
 		}
 	}
-	r, err := n.apply(ctx, &fsm.Batch{Cmds: cmds})
+	r, err := n.apply(ctx, batch)
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,7 @@ type stateMachine struct {
 	indexKeys bool
 
 	appliedIndex atomic.Uint64
+	appliedSeq   atomic.Uint64 // the state's AppliedSeq, read without the lock
 	appliedTerm  atomic.Uint64
 	evicted      atomic.Uint64 // objects evicted by applied Ticks (metrics)
 }
@@ -84,6 +85,7 @@ func (s *stateMachine) Apply(l *raft.Log) any {
 	}
 	s.appliedIndex.Store(l.Index)
 	s.appliedTerm.Store(l.Term)
+	s.appliedSeq.Store(s.f.AppliedSeq())
 	if s.onApply != nil {
 		s.onApply()
 	}
@@ -135,6 +137,7 @@ func (s *stateMachine) Restore(rc io.ReadCloser) error {
 	s.f = next
 	s.appliedIndex.Store(h.RaftIndex)
 	s.appliedTerm.Store(h.RaftTerm)
+	s.appliedSeq.Store(next.AppliedSeq())
 	return nil
 }
 
