@@ -164,6 +164,12 @@ var (
 	dAppliedSeq   = desc("applied_seq", "Last OpLog sequence id produced by the state machine.")
 	dExportedSeq  = desc("exported_seq", "Last OpLog sequence id the leader wrote to etcd (leader only).")
 	dBacklogAge   = desc("export_backlog_seconds", "Age of the oldest OpLog entry the leader has not yet written to etcd: the window a rebuild from a snapshot plus etcd would miss (leader only; 0 when none waits).")
+	dBacklog      = desc("export_backlog_entries", "OpLog entries the leader has applied and etcd has not taken (leader only); past --export-soft-entries client writes are paced.")
+	dTakeRate     = desc("export_take_rate", "OpLog entries a second etcd takes, as the leader measures it while its export is busy (leader only; 0 until measured).")
+	dEtcdDown     = desc("export_etcd_down", "1 while the leader's last etcd call for the export failed: writes are then not paced but refused at --export-ring (leader only).")
+	dPacedNow     = desc("writes_paced", "Client writes waiting now for etcd to take the OpLog backlog (leader only).")
+	dPaced        = desc("writes_paced_total", "Client writes that waited for etcd to take the OpLog backlog, as leader.")
+	dPaceRefused  = desc("writes_pace_refused_total", "Client writes refused (TOO_MANY_REQUESTS, or ETCD_OPERATION_ERROR at the hard bound) because of the OpLog backlog, as leader.")
 	dEvictions    = desc("evictions_total", "Objects evicted under memory pressure, as applied on this node.")
 	dLeader       = desc("leader", "1 on the promoted leader (serving clients), else 0.")
 	dState        = desc("raft_state", "1 for this node's current Raft state.", "state")
@@ -182,7 +188,7 @@ var (
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dObjects, dProcessing, dSegments, dSessions, dUsed, dCapacity, dSegUsed, dSegCapacity,
-		dRing, dAppliedSeq, dExportedSeq, dBacklogAge, dEvictions, dLeader, dState, dTerm, dCommitIndex, dAppliedIndex, dLastIndex,
+		dRing, dAppliedSeq, dExportedSeq, dBacklogAge, dBacklog, dTakeRate, dEtcdDown, dPacedNow, dPaced, dPaceRefused, dEvictions, dLeader, dState, dTerm, dCommitIndex, dAppliedIndex, dLastIndex,
 		dLastContact, dLag, dEtcdTxns, dEtcdBytes, dReadMode, dLease, dRounds} {
 		ch <- d
 	}
@@ -226,7 +232,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(ch, dExportedSeq, float64(exported))
 		if n.etcd != nil {
 			gauge(ch, dBacklogAge, n.backlogAge(exported).Seconds())
+			gauge(ch, dBacklog, float64(n.backlog()))
 		}
+	}
+	if n.etcd != nil {
+		ps := n.pacer.stats()
+		if leader {
+			gauge(ch, dTakeRate, ps.TakeRate)
+			gauge(ch, dEtcdDown, b2f(ps.EtcdDown))
+			gauge(ch, dPacedNow, float64(ps.Waiting))
+		}
+		counter(ch, dPaced, float64(ps.Paced))
+		counter(ch, dPaceRefused, float64(ps.Refused))
 	}
 	gauge(ch, dLeader, b2f(leader))
 	state := n.raft.State()

@@ -273,15 +273,20 @@ type paceStats struct {
 	Waiting  int     // writes waiting now
 	TakeRate float64 // entries a second etcd takes, as measured
 	EtcdDown bool
-	Paced    uint64 // writes that waited, since start
-	Refused  uint64 // writes refused for the backlog, since start
+	// EtcdError is etcd's last failure while it is down.
+	EtcdError string
+	Paced     uint64 // writes that waited, since start
+	Refused   uint64 // writes refused for the backlog, since start
 }
 
 func (p *pacer) stats() paceStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return paceStats{Waiting: len(p.queue), TakeRate: p.rate.perSec, EtcdDown: p.down != nil,
-		Paced: p.paced, Refused: p.refused}
+	ps := paceStats{Waiting: len(p.queue), TakeRate: p.rate.perSec, EtcdDown: p.down != nil, Paced: p.paced, Refused: p.refused}
+	if p.down != nil {
+		ps.EtcdError = p.down.Error()
+	}
+	return ps
 }
 
 // rateMeter estimates the rate at which etcd takes entries, from windows

@@ -115,6 +115,15 @@ func TestWritesPacedToSlowEtcd(t *testing.T) {
 	assert.LessOrEqual(t, maxBacklog.Load(), uint64(soft+2*writers*batch), "the backlog past the soft bound and the puts in flight")
 	assert.InEpsilon(t, etcdRate, admittedRate, 0.3, "the admitted rate follows etcd's")
 
+	m := scrape(t, nd)
+	for _, name := range []string{"moonraft_export_backlog_entries ", "moonraft_export_take_rate ", "moonraft_writes_paced ",
+		"moonraft_writes_paced_total ", "moonraft_writes_pace_refused_total ", "moonraft_export_etcd_down 0"} {
+		assert.Contains(t, m, name)
+	}
+	st := nd.Status()
+	assert.Positive(t, st.ExportTakeRate, "moonctl status shows etcd's rate")
+	assert.Empty(t, st.EtcdError)
+
 	require.NoError(t, proxy.Toxics.RemoveToxic(context.Background(), "slow"))
 	checkOpLog(t, direct, waitExported(t, nd, direct, 30*time.Second))
 }
@@ -157,6 +166,8 @@ func TestOutageRefusalNamesEtcd(t *testing.T) {
 	assert.Contains(t, refusal.Error(), "etcd has not taken OpLog entries for")
 	assert.Contains(t, refusal.Error(), "--export-ring")
 	assert.True(t, nd.pacer.stats().EtcdDown)
+	assert.NotEmpty(t, nd.Status().EtcdError, "moonctl status says why etcd takes nothing")
+	assert.Contains(t, scrape(t, nd), "moonraft_export_etcd_down 1")
 
 	require.NoError(t, proxy.Start())
 	waitExported(t, nd, direct, 30*time.Second)

@@ -34,6 +34,11 @@ func (n *Node) status(digests bool) *service.NodeStatus {
 	if st.Promoted {
 		st.ExportedSeq = n.exportedSeq.Load()
 		st.ReadLeaseRemainingMs = n.leadership.remaining().Milliseconds()
+		if n.etcd != nil {
+			st.ExportBacklogMs = n.backlogAge(st.ExportedSeq).Milliseconds()
+			ps := n.pacer.stats()
+			st.ExportTakeRate, st.WritesPaced, st.EtcdError = ps.TakeRate, uint64(ps.Waiting), ps.EtcdError
+		}
 	}
 	n.sm.read(func(f *fsm.FSM) {
 		if digests {

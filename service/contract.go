@@ -90,6 +90,13 @@ type NodeStatus struct {
 	ReadMode             string // lease | quorum
 	ReadLeaseRemainingMs int64  // how long the leader's read lease still holds (0: none)
 	DiskError            string // the last failed write of the Raft log or a snapshot ("" once one succeeds again)
+	// The export's flow control, on the leader with etcd: the age of the
+	// oldest entry etcd has not taken, the rate it takes them at, the
+	// writes waiting for it now, and why it takes none ("" while it does).
+	ExportBacklogMs int64
+	ExportTakeRate  float64
+	WritesPaced     uint64
+	EtcdError       string
 }
 
 // Member is one server of the Raft configuration.

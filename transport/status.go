@@ -35,6 +35,7 @@ func NodeStatusPB(st *service.NodeStatus) *moonraftpb.NodeStatus {
 		NowMs: st.NowMs, Promoted: st.Promoted, ExportedSeq: st.ExportedSeq, EtcdExport: st.EtcdExport,
 		ObjectSetDigest: st.ObjectSetDigest, ReadMode: st.ReadMode,
 		ReadLeaseRemainingMs: st.ReadLeaseRemainingMs, DiskError: st.DiskError,
+		ExportBacklogMs: st.ExportBacklogMs, ExportTakeRate: st.ExportTakeRate, WritesPaced: st.WritesPaced, EtcdError: st.EtcdError,
 	}
 }
 

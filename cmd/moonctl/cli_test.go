@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"strings"
 	"testing"
 	"time"
 
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -109,5 +111,24 @@ func TestErrorsAsJSON(t *testing.T) {
 			assert.Equal(t, tc.want.Message, got.Message)
 		}
 		assert.Equal(t, tc.usage, got.Usage != "", "usage given only for a usage error")
+	}
+}
+
+// The leader's export line: etcd's rate, the writes paced, and why etcd
+// takes nothing when it does not.
+func TestPrintExport(t *testing.T) {
+	for _, tc := range []struct {
+		st   *moonraftpb.NodeStatus
+		want string
+	}{
+		{&moonraftpb.NodeStatus{Id: "n1", ExportTakeRate: 9512.4, WritesPaced: 12},
+			"n1: export to etcd: ~9512 entries/s; 12 writes paced now\n"},
+		{&moonraftpb.NodeStatus{Id: "n1"}, "n1: export to etcd: rate not measured yet; 0 writes paced now\n"},
+		{&moonraftpb.NodeStatus{Id: "n2", ExportTakeRate: 100, EtcdError: "context deadline exceeded"},
+			"n2: export to etcd: ~100 entries/s; 0 writes paced now\nn2: etcd takes no OpLog entries: context deadline exceeded\n"},
+	} {
+		var b strings.Builder
+		printExport(&b, tc.st)
+		assert.Equal(t, tc.want, b.String())
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/moonraft/moonraft/internal/listflag"
 	"github.com/moonraft/moonraft/oplog"
 	"github.com/moonraft/moonraft/transport"
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
 func main() {
@@ -213,7 +214,8 @@ func (c *cli) status(ctx context.Context, args []string) error {
 		}
 		exported, lag := "-", "-"
 		if s.EtcdExport && s.Promoted { // only the leader exports
-			exported, lag = fmt.Sprint(s.ExportedSeq), fmt.Sprint(s.AppliedSeq-min(s.ExportedSeq, s.AppliedSeq))
+			exported = fmt.Sprint(s.ExportedSeq)
+			lag = fmt.Sprintf("%d (%.1fs)", s.AppliedSeq-min(s.ExportedSeq, s.AppliedSeq), float64(s.ExportBacklogMs)/1000)
 		}
 		reads := s.ReadMode
 		if s.Promoted && s.ReadMode == "lease" { // the leader: how long its lease still holds
@@ -225,8 +227,14 @@ func (c *cli) status(ctx context.Context, args []string) error {
 		return err
 	}
 	for _, s := range sts {
-		if s != nil && s.DiskError != "" {
+		if s == nil {
+			continue
+		}
+		if s.DiskError != "" {
 			fmt.Fprintf(c.out, "%s: disk failing: %s\n", s.Id, s.DiskError)
+		}
+		if s.EtcdExport && s.Promoted {
+			printExport(c.out, s)
 		}
 	}
 	var firstErr error
@@ -546,4 +554,17 @@ func (c *cli) members(ctx context.Context, args []string) error {
 		return errArgs
 	}
 	return c.print(resultJSON{"OK"}, "OK\n")
+}
+
+// printExport says how the leader's export to etcd keeps up: the rate etcd
+// takes entries at, the writes paced to it, or why etcd takes none.
+func printExport(out io.Writer, s *moonraftpb.NodeStatus) {
+	rate := "rate not measured yet"
+	if s.ExportTakeRate > 0 {
+		rate = fmt.Sprintf("~%.0f entries/s", s.ExportTakeRate)
+	}
+	fmt.Fprintf(out, "%s: export to etcd: %s; %d writes paced now\n", s.Id, rate, s.WritesPaced)
+	if s.EtcdError != "" {
+		fmt.Fprintf(out, "%s: etcd takes no OpLog entries: %s\n", s.Id, s.EtcdError)
+	}
 }

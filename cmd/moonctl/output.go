@@ -118,6 +118,10 @@ type nodeStatusJSON struct {
 	Digest               string     `json:"digest"`
 	ObjectSetDigest      string     `json:"object_set_digest"`
 	DiskError            string     `json:"disk_error"`
+	ExportBacklogMs      int64      `json:"export_backlog_ms"`
+	ExportTakeRate       float64    `json:"export_take_rate"`
+	WritesPaced          uint64     `json:"writes_paced"`
+	EtcdError            string     `json:"etcd_error"`
 }
 
 func statusJSON(endpoints []string, sts []*moonraftpb.NodeStatus, errs []error) []nodeStatusJSON {
@@ -140,7 +144,8 @@ func statusJSON(endpoints []string, sts []*moonraftpb.NodeStatus, errs []error) 
 			CommitIndex: s.CommitIndex, AppliedSeq: s.AppliedSeq, EtcdExport: s.EtcdExport, ExportedSeq: s.ExportedSeq,
 			ExportRingLen: s.ExportRingLen, Objects: s.Objects, Segments: s.Segments, Sessions: s.Sessions,
 			UsedBytes: s.UsedBytes, CapacityBytes: s.CapacityBytes, NowMs: s.NowMs, Digest: s.Digest,
-			ObjectSetDigest: s.ObjectSetDigest, DiskError: s.DiskError}
+			ObjectSetDigest: s.ObjectSetDigest, DiskError: s.DiskError, ExportBacklogMs: s.ExportBacklogMs,
+			ExportTakeRate: s.ExportTakeRate, WritesPaced: s.WritesPaced, EtcdError: s.EtcdError}
 	}
 	return out
 }

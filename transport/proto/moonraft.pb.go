@@ -2988,6 +2988,10 @@ type NodeStatus struct {
 	ReadMode             string                 `protobuf:"bytes,24,opt,name=read_mode,json=readMode,proto3" json:"read_mode,omitempty"`                                          // lease | quorum: how this node proves its reads linearizable when it leads
 	ReadLeaseRemainingMs int64                  `protobuf:"varint,25,opt,name=read_lease_remaining_ms,json=readLeaseRemainingMs,proto3" json:"read_lease_remaining_ms,omitempty"` // how long the leader's read lease still holds (0: none)
 	DiskError            string                 `protobuf:"bytes,26,opt,name=disk_error,json=diskError,proto3" json:"disk_error,omitempty"`                                       // the last failed write of the Raft log or a snapshot ("" once one succeeds again)
+	ExportBacklogMs      int64                  `protobuf:"varint,27,opt,name=export_backlog_ms,json=exportBacklogMs,proto3" json:"export_backlog_ms,omitempty"`                  // age of the oldest OpLog entry etcd has not taken (the leader, with etcd; 0: none)
+	ExportTakeRate       float64                `protobuf:"fixed64,28,opt,name=export_take_rate,json=exportTakeRate,proto3" json:"export_take_rate,omitempty"`                    // OpLog entries a second etcd takes, as the leader measures it under load (0: not measured)
+	WritesPaced          uint64                 `protobuf:"varint,29,opt,name=writes_paced,json=writesPaced,proto3" json:"writes_paced,omitempty"`                                // client writes waiting now for etcd to take the backlog (past the export's soft bound)
+	EtcdError            string                 `protobuf:"bytes,30,opt,name=etcd_error,json=etcdError,proto3" json:"etcd_error,omitempty"`                                       // why etcd takes no entries now ("" while it does)
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -3200,6 +3204,34 @@ func (x *NodeStatus) GetReadLeaseRemainingMs() int64 {
 func (x *NodeStatus) GetDiskError() string {
 	if x != nil {
 		return x.DiskError
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetExportBacklogMs() int64 {
+	if x != nil {
+		return x.ExportBacklogMs
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetExportTakeRate() float64 {
+	if x != nil {
+		return x.ExportTakeRate
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetWritesPaced() uint64 {
+	if x != nil {
+		return x.WritesPaced
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetEtcdError() string {
+	if x != nil {
+		return x.EtcdError
 	}
 	return ""
 }
@@ -3958,7 +3990,7 @@ const file_moonraft_proto_rawDesc = "" +
 	"\fskip_digests\x18\x01 \x01(\bR\vskipDigests\"j\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12+\n" +
-	"\x04node\x18\x02 \x01(\v2\x17.moonraft.v1.NodeStatusR\x04node\"\xb9\x06\n" +
+	"\x04node\x18\x02 \x01(\v2\x17.moonraft.v1.NodeStatusR\x04node\"\xd1\a\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
@@ -3991,7 +4023,12 @@ const file_moonraft_proto_rawDesc = "" +
 	"\tread_mode\x18\x18 \x01(\tR\breadMode\x125\n" +
 	"\x17read_lease_remaining_ms\x18\x19 \x01(\x03R\x14readLeaseRemainingMs\x12\x1d\n" +
 	"\n" +
-	"disk_error\x18\x1a \x01(\tR\tdiskError\"\x10\n" +
+	"disk_error\x18\x1a \x01(\tR\tdiskError\x12*\n" +
+	"\x11export_backlog_ms\x18\x1b \x01(\x03R\x0fexportBacklogMs\x12(\n" +
+	"\x10export_take_rate\x18\x1c \x01(\x01R\x0eexportTakeRate\x12!\n" +
+	"\fwrites_paced\x18\x1d \x01(\x04R\vwritesPaced\x12\x1d\n" +
+	"\n" +
+	"etcd_error\x18\x1e \x01(\tR\tetcdError\"\x10\n" +
 	"\x0eMembersRequest\"m\n" +
 	"\x0fMembersResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12-\n" +
