@@ -131,8 +131,10 @@ func (p *pacer) admit(ctx context.Context, need uint64) (release func(), err err
 }
 
 // free reports whether need more entries fit under the soft bound. A
-// write alone is let in whatever its size, so one larger than the bound
-// still goes once the backlog is empty.
+// write counts as at most a quarter of the bound here, so one larger (an
+// unmount of many objects) goes once the backlog is down to three
+// quarters, not only once it is empty, which steady writers may never let
+// it be.
 func (p *pacer) free(need uint64) bool {
 	if !p.active || p.down != nil {
 		return true
@@ -141,7 +143,7 @@ func (p *pacer) free(need uint64) bool {
 	if b == 0 {
 		return true
 	}
-	if b+need > p.softEntries {
+	if b+min(need, p.softEntries/4) > p.softEntries {
 		return false
 	}
 	return p.oldestMs == 0 || time.Duration(p.nowMs()-p.oldestMs)*time.Millisecond < p.softAge
@@ -323,7 +325,21 @@ func (r *rateMeter) took(k uint64, now time.Time) {
 
 // entriesOf is how many OpLog entries a client command adds: the pacer's
 // measure of it. Commands that finish work already admitted (PutEnd,
-// PutRevoke) or add none are 0 and never wait.
+// PutRevoke) or add none are 0 and never wait. An unmount counts the
+// objects it removes (estimated from the segment's bytes), so that a
+// client leaving with many objects drains at etcd's pace and others'
+// writes still go.
+func (n *Node) entriesOf(c fsm.Command) uint64 {
+	if u, ok := c.(*fsm.UnmountSegment); ok {
+		var objs uint64
+		n.sm.read(func(f *fsm.FSM) { objs = f.ObjectsOnSegment(u.SegmentID) })
+		return objs
+	}
+	return entriesOf(c)
+}
+
+// entriesOf is the count of a command whose entries are known without the
+// state.
 func entriesOf(c fsm.Command) uint64 {
 	switch c := c.(type) {
 	case *fsm.PutStart, *fsm.Remove:

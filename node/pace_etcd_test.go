@@ -12,6 +12,7 @@ import (
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/oplog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -45,52 +46,13 @@ func TestWritesPacedToSlowEtcd(t *testing.T) {
 		`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":100}}`))
 	require.NoError(t, err)
 
-	var (
-		failures   atomic.Int64
-		firstErr   atomic.Value
-		puts       atomic.Int64
-		maxBacklog atomic.Uint64
-		wg         sync.WaitGroup
-	)
 	stopAt := time.Now().Add(run)
-	fail := func(err error) {
-		failures.Add(1)
-		firstErr.CompareAndSwap(nil, err.Error())
-	}
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; time.Now().Before(stopAt); i++ {
-				var starts, ends []fsm.Command
-				for j := range batch {
-					k := fmt.Sprintf("w%d-%d-%d", w, i, j)
-					now := time.Now().UnixMilli()
-					starts = append(starts, &fsm.PutStart{NowMs: now, Key: k, SliceLengths: []uint64{1024}, ReplicaNum: 1, ClientID: "c1"})
-					ends = append(ends, &fsm.PutEnd{NowMs: now, Key: k, ClientID: "c1"})
-				}
-				for _, cmds := range [][]fsm.Command{starts, ends} {
-					wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					rs, err := nd.ProposeBatch(wctx, cmds)
-					cancel()
-					if err != nil {
-						fail(err)
-						continue
-					}
-					for _, r := range rs {
-						if r.Err != nil {
-							fail(r.Err)
-						}
-					}
-				}
-				puts.Add(batch)
-			}
-		}()
-	}
+	w := startWriters(nd, writers, batch, stopAt)
 	// The admitted rate against etcd's over the second half of the run,
 	// when the backlog has long been at the soft bound.
 	var appliedMid, exportedMid uint64
 	midAt := time.Now().Add(run / 2)
+	var maxBacklog atomic.Uint64
 	sampling := time.NewTicker(10 * time.Millisecond)
 	for time.Now().Before(stopAt) {
 		<-sampling.C
@@ -104,13 +66,12 @@ func TestWritesPacedToSlowEtcd(t *testing.T) {
 	sampling.Stop()
 	half := time.Since(midAt).Seconds()
 	applied, exported := nd.sm.appliedSeq.Load(), nd.exportedSeq.Load()
-	wg.Wait()
+	w.wait(t)
 
 	ps := nd.pacer.stats()
 	admittedRate, etcdRate := float64(applied-appliedMid)/half, float64(exported-exportedMid)/half
 	t.Logf("%d puts in %v; %d writes paced; backlog max %d (soft bound %d); second half: admitted %.0f/s, etcd took %.0f/s (measured %.0f/s)",
-		puts.Load(), run, ps.Paced, maxBacklog.Load(), soft, admittedRate, etcdRate, ps.TakeRate)
-	require.Zero(t, failures.Load(), "failed writes; the first: %v", firstErr.Load())
+		w.puts.Load(), run, ps.Paced, maxBacklog.Load(), soft, admittedRate, etcdRate, ps.TakeRate)
 	assert.Positive(t, ps.Paced, "writes outpaced etcd: some must have waited")
 	assert.LessOrEqual(t, maxBacklog.Load(), uint64(soft+2*writers*batch), "the backlog past the soft bound and the puts in flight")
 	assert.InEpsilon(t, etcdRate, admittedRate, 0.3, "the admitted rate follows etcd's")
@@ -173,4 +134,126 @@ func TestOutageRefusalNamesEtcd(t *testing.T) {
 	waitExported(t, nd, direct, 30*time.Second)
 	put(t, nd, "after")
 	assert.False(t, nd.pacer.stats().EtcdDown)
+}
+
+// writers put batches of fresh keys on client c1's segments until stopAt.
+type writers struct {
+	wg       sync.WaitGroup
+	failures atomic.Int64
+	firstErr atomic.Value
+	puts     atomic.Int64
+}
+
+func startWriters(nd *Node, n, batch int, stopAt time.Time) *writers {
+	w := &writers{}
+	fail := func(err error) {
+		w.failures.Add(1)
+		w.firstErr.CompareAndSwap(nil, err.Error())
+	}
+	for i := range n {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for j := 0; time.Now().Before(stopAt); j++ {
+				var starts, ends []fsm.Command
+				for k := range batch {
+					key := fmt.Sprintf("w%d-%d-%d", i, j, k)
+					now := time.Now().UnixMilli()
+					starts = append(starts, &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{1024}, ReplicaNum: 1, ClientID: "c1"})
+					ends = append(ends, &fsm.PutEnd{NowMs: now, Key: key, ClientID: "c1"})
+				}
+				for _, cmds := range [][]fsm.Command{starts, ends} {
+					wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					rs, err := nd.ProposeBatch(wctx, cmds)
+					cancel()
+					if err != nil {
+						fail(err)
+						continue
+					}
+					for _, r := range rs {
+						if r.Err != nil {
+							fail(r.Err)
+						}
+					}
+				}
+				w.puts.Add(int64(batch))
+			}
+		}()
+	}
+	return w
+}
+
+// wait waits for the writers and fails t if any write failed.
+func (w *writers) wait(t *testing.T) {
+	t.Helper()
+	w.wg.Wait()
+	require.Zero(t, w.failures.Load(), "failed writes; the first: %v", w.firstErr.Load())
+}
+
+// TestBulkUnmountUnderLoad: while writers outpace a slowed etcd, a client
+// leaves with more objects than the soft bound's quarter. Its unmount is
+// paced like a write and answered within its deadline; nobody's write
+// fails; every REMOVE reaches etcd, in order, once etcd is fast again.
+func TestBulkUnmountUnderLoad(t *testing.T) {
+	const (
+		soft    = 1500
+		objects = 1200
+	)
+	e := testEtcd(t)
+	proxy := etcdProxy(t, e.Endpoints[0])
+	viaProxy := e
+	viaProxy.Endpoints = []string{"http://" + proxy.Listen}
+	c := newCluster(t, 3, 50*time.Millisecond, withEtcd(viaProxy), func(c *Config) {
+		c.ExportRenewals = false
+		c.ExportSoftEntries = soft
+	})
+	nd := c.nodes[c.leader()]
+	direct, err := etcdbridge.Open(e)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = direct.Close() })
+	mountSegments(t, nd)
+	mustPropose(t, nd, &fsm.MountSegment{NowMs: time.Now().UnixMilli(), ClientID: "c2",
+		Segment: fsm.SegmentSpec{ID: "big", Name: "big", Base: 1 << 44, Size: 1 << 30}})
+	for i := 0; i < objects; i += 100 {
+		var starts, ends []fsm.Command
+		for j := i; j < i+100; j++ {
+			key, now := fmt.Sprintf("c2-%d", j), time.Now().UnixMilli()
+			starts = append(starts, &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{4096}, ReplicaNum: 1, PreferredSegment: "big", ClientID: "c2"})
+			ends = append(ends, &fsm.PutEnd{NowMs: now, Key: key, ClientID: "c2"})
+		}
+		for _, cmds := range [][]fsm.Command{starts, ends} {
+			rs, err := nd.ProposeBatch(ctx(t), cmds)
+			require.NoError(t, err)
+			for _, r := range rs {
+				require.NoError(t, r.Err)
+			}
+		}
+	}
+	waitExported(t, nd, direct, 10*time.Second)
+
+	_, err = proxy.Toxics.AddToxicJson(strings.NewReader(
+		`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":100}}`))
+	require.NoError(t, err)
+	w := startWriters(nd, 4, 32, time.Now().Add(6*time.Second))
+	time.Sleep(2 * time.Second) // the backlog is at the soft bound by now
+	uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	start := time.Now()
+	r, err := nd.Propose(uctx, &fsm.UnmountSegment{NowMs: time.Now().UnixMilli(), ClientID: "c2", SegmentID: "big"})
+	cancel()
+	took := time.Since(start)
+	require.NoError(t, err)
+	require.NoError(t, r.Err)
+	// c1's puts placed on the segment go with it as well.
+	assert.GreaterOrEqual(t, r.Removed, uint64(objects))
+	w.wait(t)
+	t.Logf("the unmount of %d objects was answered in %v; %d puts beside it, none failed", r.Removed, took.Round(time.Millisecond), w.puts.Load())
+
+	require.NoError(t, proxy.Toxics.RemoveToxic(context.Background(), "slow"))
+	var removes int
+	for _, en := range checkOpLog(t, direct, waitExported(t, nd, direct, 30*time.Second)) {
+		if en.Source == oplog.SourceUnmountSegment {
+			removes++
+		}
+	}
+	assert.EqualValues(t, r.Removed, removes)
 }

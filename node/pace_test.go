@@ -65,6 +65,7 @@ func TestPacerAdmitsAtOnce(t *testing.T) {
 		{name: "under the soft bound", backlog: 50, need: 10},
 		{name: "up to the soft bound", backlog: 90, need: 10},
 		{name: "larger than the bound, alone", backlog: 0, need: 500},
+		{name: "larger than the bound, backlog at three quarters", backlog: 75, need: 500},
 		{name: "etcd unreachable: nothing to pace to", backlog: 150, need: 10,
 			setup: func(p *pacer) { p.failed(errors.New("connection refused")) }},
 		{name: "not exporting (a follower)", backlog: 150, need: 10, setup: func(p *pacer) { p.stop() }},

@@ -42,6 +42,7 @@ type config struct {
 	verbose     bool
 	profileDir  string
 	fromJSON    string
+	watchFor    time.Duration
 }
 
 func main() {
@@ -94,6 +95,7 @@ func parse(args []string) (config, error) {
 	fs.StringVar(&c.plotOut, "plot", "", "draw latency against throughput to this SVG file")
 	fs.BoolVar(&c.verbose, "v", false, "show the systems' logs")
 	fs.StringVar(&c.fromJSON, "from-json", "", "print the table (and --plot) of a saved --json file instead of running")
+	fs.DurationVar(&c.watchFor, "watch", 0, "with --endpoints: sample the leader's OpLog export every second for this long, beside a load run elsewhere (the backlog, etcd's rate, paced writes; --json and --plot save them)")
 	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of every node for every measured step into this directory")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -132,6 +134,10 @@ func parse(args []string) (config, error) {
 	}
 	switch {
 	case c.fromJSON != "":
+		return c, nil
+	case c.watchFor > 0 && len(c.endpoints) == 0:
+		return c, fmt.Errorf("--watch needs --endpoints")
+	case c.watchFor > 0:
 		return c, nil
 	case c.local == (len(c.endpoints) > 0):
 		return c, fmt.Errorf("give either --endpoints or --local")
@@ -199,6 +205,9 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if cfg.watchFor > 0 {
+		return watch(ctx, cfg, cfg.watchFor, os.Stdout)
+	}
 	rep := &report{Machine: machine(), Date: time.Now().UTC().Format(time.RFC3339), Args: strings.Join(args, " ")}
 
 	// Every system is up for the whole sweep, so that they can take turns
