@@ -14,7 +14,7 @@ FUZZ_TARGETS := \
 	./cororpc:FuzzReadRequest \
 	./structpack:FuzzUnmarshal
 
-.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen soak overload mooncake-golden mooncake-bench mooncake-failover
+.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen soak overload mooncake-golden mooncake-bench mooncake-failover sustained
 
 all: build
 
@@ -45,6 +45,12 @@ fuzz:
 # one sitting (docs/BENCHMARKS.md).
 mooncake-bench: build
 	./scripts/mooncake-bench.sh
+
+# Mooncake's master_bench writing for minutes (DURATION, default 600 s)
+# into three nodes exporting to etcd, the leader's export watched and
+# plotted beside it (docs/BENCHMARKS.md).
+sustained: build
+	./scripts/sustained.sh
 
 # The same Mooncake HA client loop while the serving master is killed:
 # Mooncake's own HA pair against moonraft (docs/BENCHMARKS.md).

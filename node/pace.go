@@ -58,9 +58,10 @@ type paceWaiter struct {
 
 const (
 	// undeadlinedPaceWait bounds the wait of a write without a deadline:
-	// a Mooncake client's RPC timeout is not on the wire, and its
-	// coro_rpc client gives up after seconds.
-	undeadlinedPaceWait = 2 * time.Second
+	// a Mooncake client's RPC timeout is not on the wire. Its coro_rpc
+	// client waits 30 s by default; a follower forwarding the call gives
+	// it 10 s (mooncakeapi's forwardTimeout), and so does this.
+	undeadlinedPaceWait = 10 * time.Second
 	// paceMargin is kept from a write's deadline for its own trip through
 	// the log once admitted.
 	paceMargin = 100 * time.Millisecond
@@ -98,7 +99,7 @@ func (p *pacer) admit(ctx context.Context, need uint64) (release func(), err err
 	}
 	w := &paceWaiter{need: need, ready: make(chan struct{})}
 	p.queue = append(p.queue, w)
-	p.queued += need
+	p.queued += p.cost(need)
 	p.paced++
 	p.mu.Unlock()
 
@@ -120,7 +121,7 @@ func (p *pacer) admit(ctx context.Context, need uint64) (release func(), err err
 			break
 		}
 	}
-	p.queued -= need
+	p.queued -= p.cost(need)
 	p.refused++
 	p.admitWaiting() // those behind it may fit now
 	if ctx.Err() != nil {
@@ -130,11 +131,7 @@ func (p *pacer) admit(ctx context.Context, need uint64) (release func(), err err
 	return nil, p.tooMany(need, wait, known)
 }
 
-// free reports whether need more entries fit under the soft bound. A
-// write counts as at most a quarter of the bound here, so one larger (an
-// unmount of many objects) goes once the backlog is down to three
-// quarters, not only once it is empty, which steady writers may never let
-// it be.
+// free reports whether a write of need entries fits under the soft bound.
 func (p *pacer) free(need uint64) bool {
 	if !p.active || p.down != nil {
 		return true
@@ -143,11 +140,18 @@ func (p *pacer) free(need uint64) bool {
 	if b == 0 {
 		return true
 	}
-	if b+min(need, p.softEntries/4) > p.softEntries {
+	if b+p.cost(need) > p.softEntries {
 		return false
 	}
 	return p.oldestMs == 0 || time.Duration(p.nowMs()-p.oldestMs)*time.Millisecond < p.softAge
 }
+
+// cost is what a write of need entries counts for against the soft bound
+// while it waits: at most a quarter of the bound, so a larger one (an
+// unmount of many objects) goes once the backlog is down to three
+// quarters, not only once it is empty, which steady writers may never let
+// it be; and the writes behind it do not count it whole.
+func (p *pacer) cost(need uint64) uint64 { return min(need, p.softEntries/4) }
 
 // overHard refuses a write that would take the backlog past the hard
 // bound, saying which case it is.
@@ -175,7 +179,7 @@ func (p *pacer) expectedWait(need uint64) (time.Duration, bool) {
 	if p.rate.perSec <= 0 {
 		return 0, false
 	}
-	ahead := p.queued + need
+	ahead := p.queued + p.cost(need)
 	if b := p.backlog() + p.reserved; b > p.softEntries {
 		ahead += b - p.softEntries
 	}
@@ -206,7 +210,7 @@ func (p *pacer) admitWaiting() {
 	for len(p.queue) > 0 && p.free(p.queue[0].need) {
 		w := p.queue[0]
 		p.queue = p.queue[1:]
-		p.queued -= w.need
+		p.queued -= p.cost(w.need)
 		p.reserved += w.need
 		w.admitted = true
 		close(w.ready)
