@@ -37,6 +37,9 @@ const (
 	// Promote of a leader that also serves the Mooncake protocol.
 	CmdPromoteMooncake CmdType = 19
 	CmdMember          CmdType = 20
+	// ReleaseRemovals: an older node halts on it rather than differ from
+	// the others in what bulk removals export.
+	CmdReleaseRemovals CmdType = 21
 
 	// IgnoreUnknownFlag marks a command an older node may skip if it does
 	// not know the type (Consul's pattern, for rolling upgrades): a newer
@@ -168,6 +171,17 @@ type Member struct {
 	GRPCAddr string
 }
 
+// ReleaseRemovals moves up to Max deferred REMOVEs into the export ring
+// (the leader sends it at etcd's pace) and sets Direct, the REMOVEs a bulk
+// removal exports at once before it defers the rest; the first one a
+// cluster applies turns deferral on (docs/STATE_MACHINE.md, "Bulk
+// removals").
+type ReleaseRemovals struct {
+	NowMs  int64
+	Max    uint64
+	Direct uint64
+}
+
 // Exported trims the export ring up to Seq once etcd holds it.
 type Exported struct {
 	Seq uint64
@@ -249,6 +263,7 @@ func (*UpsertStart) Type() CmdType     { return CmdUpsertStart }
 func (*GracefulUnmount) Type() CmdType { return CmdGracefulUnmount }
 func (*DrainSegments) Type() CmdType   { return CmdDrainSegments }
 func (*Member) Type() CmdType          { return CmdMember }
+func (*ReleaseRemovals) Type() CmdType { return CmdReleaseRemovals }
 
 // encode writes the spec; the transport fields only with transport (the
 // command types that carry them, and snapshot records of segments that
@@ -449,6 +464,9 @@ func (c *DrainSegments) decode(d *dec) { c.NowMs = d.i64() }
 
 func (c *Member) encode(e *enc) { e.str(c.ID); e.str(c.GRPCAddr) }
 func (c *Member) decode(d *dec) { c.ID, c.GRPCAddr = d.str(), d.str() }
+
+func (c *ReleaseRemovals) encode(e *enc) { e.i64(c.NowMs); e.u64(c.Max); e.u64(c.Direct) }
+func (c *ReleaseRemovals) decode(d *dec) { c.NowMs, c.Max, c.Direct = d.i64(), d.u64(), d.u64() }
 
 func (c *Exported) encode(e *enc) { e.u64(c.Seq) }
 func (c *Exported) decode(d *dec) { c.Seq = d.u64() }

@@ -128,6 +128,7 @@ type FSM struct {
 	objects    *btree.BTreeG[objItem]
 	tombstones *btree.BTreeG[tombstone]
 	ring       []ringEntry
+	deferral   deferral // bulk removals' REMOVEs waiting for the ring (deferred.go)
 	// replaced holds the old replicas of a size-changing upsert in
 	// progress, released at its UpsertEnd (or when the write goes).
 	replaced map[string][]replica
@@ -169,6 +170,7 @@ type Result struct {
 	Replicas []oplog.ReplicaDesc // PutStart: where to write
 	Removed  uint64              // objects removed by Remove*, Unmount and Tick
 	Evicted  uint64              // Tick: objects evicted
+	Released uint64              // ReleaseRemovals: REMOVEs moved into the export ring
 	Batch    []Result            // Batch: one result per command
 }
 
@@ -342,13 +344,23 @@ func (f *FSM) freeBuffers(rs []replica) {
 // dropObject removes key. With op != 0 it exports the removal and bumps the
 // key's sequence; the key's sequence survives in a tombstone either way.
 func (f *FSM) dropObject(key string, o *object, op oplog.OpType, src oplog.Source) {
+	f.dropObjectIn(key, o, op, src, nil)
+}
+
+// dropObjectIn is dropObject as part of bulk removal b (nil: none), whose
+// REMOVE may be deferred (deferred.go).
+func (f *FSM) dropObjectIn(key string, o *object, op oplog.OpType, src oplog.Source, b *bulk) {
 	f.freeBuffers(o.replicas)
 	f.releaseReplaced(key)
 	f.forget(key)
 	seq := o.keySeq
 	if op != 0 {
 		seq++
-		f.emit(op, key, nil, seq, src)
+		if op == oplog.OpRemove && b.defers(f) {
+			f.deferRemove(key, seq, src)
+		} else {
+			f.emit(op, key, nil, seq, src)
+		}
 	}
 	f.bury(key, seq)
 }
@@ -379,7 +391,11 @@ func (f *FSM) expireTombstones() {
 			break
 		}
 		// The key may have been re-created and removed again since; only
-		// the tombstone this queue entry stands for is forgotten.
+		// the tombstone this queue entry stands for is forgotten. One
+		// whose REMOVE still waits is kept: its export buries it anew.
+		if _, waiting := f.deferral.at[q.key]; waiting {
+			continue
+		}
 		if t, ok := f.tombstones.Get(tombstone{key: q.key}); ok && t == q {
 			f.tombstones.Delete(t)
 		}

@@ -132,6 +132,8 @@ func (g *gen) next(f *FSM) Command {
 			m.GRPCAddr = fmt.Sprintf("10.0.0.%d:7100", g.r.IntN(3))
 		}
 		return m
+	case op < 75:
+		return &ReleaseRemovals{NowMs: now, Max: uint64(g.r.IntN(8)), Direct: uint64(1 + g.r.IntN(4))}
 	case op < 92:
 		t := &Tick{NowMs: now, Evict: f.EvictionDue() || g.r.IntN(8) == 0}
 		for i := g.r.IntN(20); i > 0; i-- {

@@ -120,5 +120,27 @@ func (f *FSM) CheckInvariants() error {
 			return fmt.Errorf("export ring entry %d has seq %d, expected %d", i, e.seq, want)
 		}
 	}
+	return f.deferral.check(f)
+}
+
+// check: every waiting REMOVE is in the queue where the map says, the head
+// is live, and a removed key's waiting REMOVE is not behind its tombstone.
+func (d *deferral) check(f *FSM) error {
+	if len(d.at) > 0 && d.direct == 0 {
+		return fmt.Errorf("%d REMOVEs deferred with deferral off", len(d.at))
+	}
+	for key, pos := range d.at {
+		if pos < d.first || pos-d.first >= uint64(len(d.queue)) || d.queue[pos-d.first].key != key {
+			return fmt.Errorf("deferred REMOVE of %q is not at queue position %d", key, pos)
+		}
+		if t, ok := f.tombstones.Get(tombstone{key: key}); ok && t.keySeq < d.queue[pos-d.first].keySeq {
+			return fmt.Errorf("deferred REMOVE of %q has key sequence %d past its tombstone's %d", key, d.queue[pos-d.first].keySeq, t.keySeq)
+		}
+	}
+	if len(d.queue) > 0 {
+		if pos, ok := d.at[d.queue[0].key]; !ok || pos != d.first {
+			return fmt.Errorf("the deferred queue's head %q is not waiting", d.queue[0].key)
+		}
+	}
 	return nil
 }

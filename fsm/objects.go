@@ -338,8 +338,9 @@ func (f *FSM) removeMatching(match func(string) bool, force bool, src oplog.Sour
 		}
 		return true
 	})
+	b := &bulk{}
 	for _, it := range victims {
-		f.dropObject(it.key, it.obj, oplog.OpRemove, src)
+		f.dropObjectIn(it.key, it.obj, oplog.OpRemove, src, b)
 	}
 	return Result{Removed: uint64(len(victims))}
 }

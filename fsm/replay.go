@@ -65,6 +65,10 @@ func (f *FSM) ReplayEntry(e oplog.Entry) (ReplayNote, error) {
 	if e.KeySequenceID == 0 {
 		return note, errcode.New(errcode.InvalidParams, "replay: entry %d: key_sequence_id is 0, sequences start at 1", e.SequenceID)
 	}
+	if f.replayDeferred(e) {
+		f.appliedSeq, f.ring = e.SequenceID, nil
+		return note, nil
+	}
 	old, exists := f.getObject(e.Key)
 	// A live key's sequence only grows until an entry removes it, so a
 	// smaller one means the snapshot and the OpLog are not of one cluster.
@@ -94,6 +98,24 @@ func (f *FSM) ReplayEntry(e oplog.Entry) (ReplayNote, error) {
 	// exporting, and replayed entries are never added to it.
 	f.ring = nil
 	return note, nil
+}
+
+// replayDeferred reports whether e is a REMOVE the snapshot's source had
+// deferred (a bulk removal's): the snapshot already lacks the object, and
+// may hold the key again, written since; e only takes it off the queue.
+func (f *FSM) replayDeferred(e oplog.Entry) bool {
+	d := &f.deferral
+	pos, ok := d.at[e.Key]
+	if !ok || e.OpType != oplog.OpRemove || d.queue[pos-d.first].keySeq != e.KeySequenceID {
+		return false
+	}
+	delete(d.at, e.Key)
+	d.trimHead()
+	f.replayAdvance(e.TimestampMs)
+	if t, ok := f.tombstones.Get(tombstone{key: e.Key}); ok && t.keySeq == e.KeySequenceID {
+		f.bury(e.Key, e.KeySequenceID) // as the source did when it exported e
+	}
+	return true
 }
 
 // ReplayNote says how an entry was reconciled with the snapshot.

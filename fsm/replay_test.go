@@ -57,6 +57,11 @@ func (s *replayStream) snapshotTaken(f *FSM) {
 
 // adapt returns c made expressible, or nil to draw another command.
 func (s *replayStream) adapt(f *FSM, c Command) Command {
+	// Deferred REMOVEs leave etcd's view behind the source until they are
+	// exported, which replay then reconciles: TestReplayDeferredRemovals.
+	if _, ok := c.(*ReleaseRemovals); ok {
+		return nil
+	}
 	// One replica per object, so every replica an unmount drops takes its
 	// object, and the OpLog says so.
 	expressible := func(p *PutStart) bool {
@@ -166,13 +171,24 @@ func TestReplayReproducesSource(t *testing.T) {
 				if i%checkEvery != 0 && i != after {
 					continue
 				}
-				want := completeObjects(a)
-				require.Equal(t, want, completeObjects(b), "command %d", i)
-				require.Equal(t, a.ObjectSetDigest(), b.ObjectSetDigest(), "command %d", i)
+				// A key whose REMOVE A has deferred (a bulk removal's) is
+				// still in etcd's view until A exports it: the window a
+				// rebuild from etcd misses.
+				want, got := completeObjects(a), completeObjects(b)
+				for k := range a.deferral.at {
+					delete(got, k)
+				}
+				require.Equal(t, want, got, "command %d", i)
+				if len(a.deferral.at) == 0 {
+					require.Equal(t, a.ObjectSetDigest(), b.ObjectSetDigest(), "command %d", i)
+				}
 				compared += len(want)
 				// A forgets tombstones at its ticks; replay has no ticks, so
 				// it may remember more, never other.
 				a.tombstones.Ascend(func(ta tombstone) bool {
+					if _, waiting := a.deferral.at[ta.key]; waiting {
+						return true
+					}
 					tb, ok := b.tombstones.Get(tombstone{key: ta.key})
 					require.True(t, ok && tb == ta, "command %d: tombstone %+v, replay has %+v", i, ta, tb)
 					return true

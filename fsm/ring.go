@@ -71,8 +71,9 @@ func (f *FSM) RingAfter(after uint64, max int) Pending {
 }
 
 // emit produces the next OpLog entry for key; a PUT_END's payload comes
-// from obj.
+// from obj. A REMOVE of key still deferred goes first.
 func (f *FSM) emit(op oplog.OpType, key string, obj *object, keySeq uint64, src oplog.Source) {
+	f.flushDeferred(key)
 	f.appliedSeq++
 	if f.params.ExportRingCap > 0 {
 		f.ring = append(f.ring, ringEntry{seq: f.appliedSeq, keySeq: keySeq, tsMs: f.nowMs, op: op, src: src, key: key, obj: obj})

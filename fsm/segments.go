@@ -191,6 +191,7 @@ func (f *FSM) dropSegments(segs []*segment, src oplog.Source) (removed uint64) {
 		}
 		return true
 	})
+	b := &bulk{}
 	for _, ch := range changes {
 		var keep, lost []replica
 		for _, r := range ch.obj.replicas {
@@ -201,7 +202,7 @@ func (f *FSM) dropSegments(segs []*segment, src oplog.Source) (removed uint64) {
 			}
 		}
 		if len(keep) == 0 {
-			f.dropObject(ch.key, ch.obj, oplog.OpRemove, src)
+			f.dropObjectIn(ch.key, ch.obj, oplog.OpRemove, src, b)
 			removed++
 			continue
 		}

@@ -17,7 +17,7 @@ import (
 // The last three hold state of graceful unmounts and upserts and are written
 // only when it exists, so a state without them has the format (and digest)
 // of the release before them.
-var sectionOrder = []string{"meta", "segments", "sessions", "objects", "tombstones", "ring", "draining", "replaced", "discarded", "members"}
+var sectionOrder = []string{"meta", "segments", "sessions", "objects", "tombstones", "ring", "draining", "replaced", "discarded", "members", "deferred"}
 
 // Snapshot is a point-in-time view of the state. Taking it is cheap (the
 // object and tombstone trees are cloned copy-on-write, the rest is small);
@@ -34,6 +34,10 @@ type Snapshot struct {
 	replaced   []replacedRec
 	discarded  []discard
 	members    []memberRec
+	// deferDirect is the deferral's direct count (0: off, no section);
+	// deferred its waiting REMOVEs, oldest first.
+	deferDirect uint64
+	deferred    []deferredRemoval
 }
 
 type memberRec struct{ id, grpcAddr string }
@@ -89,6 +93,10 @@ func (f *FSM) view(objects *btree.BTreeG[objItem], tombstones *btree.BTreeG[tomb
 		ring:       f.Ring(),
 		used:       f.used,
 		discarded:  slices.Clone(f.discarded),
+		// A copy: flushes mark queue entries dead through the map, which
+		// later Applies change.
+		deferDirect: f.deferral.direct,
+		deferred:    f.deferral.live(),
 	}
 	for _, sg := range f.segOrder {
 		if sg.draining {
@@ -288,6 +296,23 @@ func (s *Snapshot) writeSections(w *snapshots.Writer) error {
 		}
 		return nil
 	})
+	// Its first record is the direct count, the rest the waiting REMOVEs.
+	optional("deferred", int(min(s.deferDirect, 1)), func() error {
+		e.u64(s.deferDirect)
+		if err := rec(); err != nil {
+			return err
+		}
+		for _, r := range s.deferred {
+			e.str(r.key)
+			e.u64(r.keySeq)
+			e.i64(r.atMs)
+			e.str(string(r.src))
+			if err := rec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	return err
 }
 
@@ -410,6 +435,8 @@ func (rs *restorer) record(name string, data []byte) error {
 		err = rs.discardRec(d)
 	case "members":
 		err = rs.memberRec(d)
+	case "deferred":
+		err = rs.deferredRec(d)
 	}
 	if err == nil {
 		err = d.done()
@@ -612,6 +639,29 @@ func (rs *restorer) discardRec(d *dec) error {
 		return corrupt("a discarded write without replicas")
 	}
 	rs.f.discarded = append(rs.f.discarded, discard{release, reps})
+	return nil
+}
+
+func (rs *restorer) deferredRec(d *dec) error {
+	df := &rs.f.deferral
+	if rs.records == 1 {
+		if df.direct = d.u64(); d.err() == nil && df.direct == 0 {
+			return corrupt("deferred removals with a direct count of 0")
+		}
+		return d.err()
+	}
+	r := deferredRemoval{key: d.str(), keySeq: d.u64(), atMs: d.i64(), src: oplog.Source(d.str())}
+	if d.err() != nil {
+		return d.err()
+	}
+	if _, dup := df.at[r.key]; dup || r.keySeq == 0 {
+		return corrupt("deferred removal of %q recorded twice or with sequence 0", r.key)
+	}
+	if df.at == nil {
+		df.at = map[string]uint64{}
+	}
+	df.at[r.key] = uint64(len(df.queue))
+	df.queue = append(df.queue, r)
 	return nil
 }
 

@@ -41,6 +41,7 @@ func init() {
 	register(CmdGracefulUnmount, "GracefulUnmount", (*FSM).gracefulUnmount)
 	register(CmdDrainSegments, "DrainSegments", (*FSM).drainSegments)
 	register(CmdMember, "Member", (*FSM).member)
+	register(CmdReleaseRemovals, "ReleaseRemovals", (*FSM).releaseRemovals)
 }
 
 // register adds the row of type t, whose commands are *T.

@@ -72,9 +72,10 @@ func (f *FSM) expireSessions() (removed uint64) {
 // their writer is gone and their space is wanted back.
 func (f *FSM) reclaimStalePuts() uint64 {
 	stale := f.processing.startedBy(f.nowMs - f.params.PutStartReleaseMs)
+	b := &bulk{}
 	for _, p := range stale {
 		o, _ := f.getObject(p.key)
-		f.dropObject(p.key, o, oplog.OpRemove, oplog.SourceDiscard)
+		f.dropObjectIn(p.key, o, oplog.OpRemove, oplog.SourceDiscard, b)
 	}
 	return uint64(len(stale))
 }
@@ -150,8 +151,9 @@ func (f *FSM) evict() uint64 {
 	}
 	f.ring = slices.Grow(f.ring, len(victims))
 	f.tombQueue = slices.Grow(f.tombQueue, len(victims))
+	b := &bulk{}
 	for _, c := range victims {
-		f.dropObject(c.key, c.obj, oplog.OpRemove, oplog.SourceEvict)
+		f.dropObjectIn(c.key, c.obj, oplog.OpRemove, oplog.SourceEvict, b)
 	}
 	return uint64(len(victims))
 }

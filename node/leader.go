@@ -119,6 +119,9 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		if _, err := n.tick(ctx, false); err != nil {
 			n.log.Warn("tick failed", "error", err)
 		}
+		if err := n.releaseRemovals(ctx); err != nil {
+			n.log.Warn("deferred removals not released", "error", err)
+		}
 	}
 }
 

@@ -170,6 +170,8 @@ var (
 	dPacedNow     = desc("writes_paced", "Client writes waiting now for etcd to take the OpLog backlog (leader only).")
 	dPaced        = desc("writes_paced_total", "Client writes that waited for etcd to take the OpLog backlog, as leader.")
 	dPaceRefused  = desc("writes_pace_refused_total", "Client writes refused (TOO_MANY_REQUESTS, or ETCD_OPERATION_ERROR at the hard bound) because of the OpLog backlog, as leader.")
+	dDeferred     = desc("export_deferred_removals", "REMOVEs of bulk removals (unmounts, expiry, eviction, RemoveAll) waiting to enter the export ring, released at etcd's pace.")
+	dDeferredAge  = desc("export_deferred_seconds", "How long the oldest deferred REMOVE has waited (0: none); with export_backlog_seconds, what a rebuild from etcd would miss.")
 	dEvictions    = desc("evictions_total", "Objects evicted under memory pressure, as applied on this node.")
 	dLeader       = desc("leader", "1 on the promoted leader (serving clients), else 0.")
 	dState        = desc("raft_state", "1 for this node's current Raft state.", "state")
@@ -188,7 +190,7 @@ var (
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dObjects, dProcessing, dSegments, dSessions, dUsed, dCapacity, dSegUsed, dSegCapacity,
-		dRing, dAppliedSeq, dExportedSeq, dBacklogAge, dBacklog, dTakeRate, dEtcdDown, dPacedNow, dPaced, dPaceRefused, dEvictions, dLeader, dState, dTerm, dCommitIndex, dAppliedIndex, dLastIndex,
+		dRing, dAppliedSeq, dExportedSeq, dBacklogAge, dBacklog, dTakeRate, dEtcdDown, dPacedNow, dPaced, dPaceRefused, dDeferred, dDeferredAge, dEvictions, dLeader, dState, dTerm, dCommitIndex, dAppliedIndex, dLastIndex,
 		dLastContact, dLag, dEtcdTxns, dEtcdBytes, dReadMode, dLease, dRounds} {
 		ch <- d
 	}
@@ -205,12 +207,16 @@ func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	n := c.n
 	var (
-		st   fsm.Stats
-		segs []fsm.SegmentInfo
+		st       fsm.Stats
+		segs     []fsm.SegmentInfo
+		deferred int
+		oldestMs int64
+		waiting  bool
 	)
 	n.sm.read(func(f *fsm.FSM) {
 		st = f.Stats()
 		segs = f.Segments()
+		deferred, oldestMs, waiting = f.DeferredRemovals()
 	})
 	gauge(ch, dObjects, float64(st.Objects))
 	gauge(ch, dProcessing, float64(st.Processing))
@@ -223,6 +229,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(ch, dSegCapacity, float64(s.Size), s.ID, s.Name, s.ClientID)
 	}
 	gauge(ch, dRing, float64(st.RingLen))
+	gauge(ch, dDeferred, float64(deferred))
+	age := 0.0
+	if waiting {
+		age = max(0, float64(n.now()-oldestMs)/1000)
+	}
+	gauge(ch, dDeferredAge, age)
 	gauge(ch, dAppliedSeq, float64(st.AppliedSeq))
 	counter(ch, dEvictions, float64(n.sm.evicted.Load()))
 

@@ -330,13 +330,18 @@ func (r *rateMeter) took(k uint64, now time.Time) {
 // entriesOf is how many OpLog entries a client command adds: the pacer's
 // measure of it. Commands that finish work already admitted (PutEnd,
 // PutRevoke) or add none are 0 and never wait. An unmount counts the
-// objects it removes (estimated from the segment's bytes), so that a
-// client leaving with many objects drains at etcd's pace and others'
-// writes still go.
+// REMOVEs it exports at once: the objects it removes (estimated from the
+// segment's bytes) up to the bulk removal's direct count.
 func (n *Node) entriesOf(c fsm.Command) uint64 {
 	if u, ok := c.(*fsm.UnmountSegment); ok {
-		var objs uint64
-		n.sm.read(func(f *fsm.FSM) { objs = f.ObjectsOnSegment(u.SegmentID) })
+		var (
+			objs      uint64
+			deferring bool
+		)
+		n.sm.read(func(f *fsm.FSM) { objs, deferring = f.ObjectsOnSegment(u.SegmentID), f.DeferringRemovals() })
+		if deferring {
+			return min(objs, bulkDirect) // the rest wait in the deferred queue
+		}
 		return objs
 	}
 	return entriesOf(c)

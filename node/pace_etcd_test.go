@@ -257,3 +257,97 @@ func TestBulkUnmountUnderLoad(t *testing.T) {
 	}
 	assert.EqualValues(t, r.Removed, removes)
 }
+
+// TestExpiryDeferredUnderLoad: a client with thousands of objects stops
+// pinging while writers outpace a slowed etcd. Its session expires in one
+// tick; the REMOVEs past the bulk's direct count wait in the deferred
+// queue and enter the ring at etcd's pace, beside the writers, none of
+// whose writes fails; the backlog stays within the soft bound plus the
+// direct count and the puts in flight; every REMOVE reaches etcd.
+func TestExpiryDeferredUnderLoad(t *testing.T) {
+	const (
+		soft    = 1500
+		objects = 3000
+		writers = 4
+		batch   = 32
+	)
+	e := testEtcd(t)
+	proxy := etcdProxy(t, e.Endpoints[0])
+	viaProxy := e
+	viaProxy.Endpoints = []string{"http://" + proxy.Listen}
+	c := newCluster(t, 3, 50*time.Millisecond, withEtcd(viaProxy), func(c *Config) {
+		c.ExportRenewals = false
+		c.ExportSoftEntries = soft
+		c.Params.ClientTTLMs = 2000
+	})
+	nd := c.nodes[c.leader()]
+	direct, err := etcdbridge.Open(e)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = direct.Close() })
+	stopPings := make(chan struct{})
+	pinged := make(chan struct{})
+	go func() { // c1 stays; c2 never pings and expires
+		defer close(pinged)
+		tk := time.NewTicker(200 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stopPings:
+				return
+			case <-tk.C:
+				pctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, _ = nd.Ping(pctx, "c1")
+				cancel()
+			}
+		}
+	}()
+	defer func() { close(stopPings); <-pinged }()
+	mountSegments(t, nd)
+	mustPropose(t, nd, &fsm.MountSegment{NowMs: time.Now().UnixMilli(), ClientID: "c2",
+		Segment: fsm.SegmentSpec{ID: "big", Name: "big", Base: 1 << 44, Size: 1 << 30}})
+	for i := 0; i < objects; i += 500 {
+		var starts, ends []fsm.Command
+		for j := i; j < i+500; j++ {
+			key, now := fmt.Sprintf("c2-%d", j), time.Now().UnixMilli()
+			starts = append(starts, &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{4096}, ReplicaNum: 1, PreferredSegment: "big", ClientID: "c2"})
+			ends = append(ends, &fsm.PutEnd{NowMs: now, Key: key, ClientID: "c2"})
+		}
+		for _, cmds := range [][]fsm.Command{starts, ends} {
+			rs, err := nd.ProposeBatch(ctx(t), cmds)
+			require.NoError(t, err)
+			for _, r := range rs {
+				require.NoError(t, r.Err)
+			}
+		}
+	}
+	_, err = proxy.Toxics.AddToxicJson(strings.NewReader(
+		`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":100}}`))
+	require.NoError(t, err)
+
+	stopAt := time.Now().Add(7 * time.Second)
+	w := startWriters(nd, writers, batch, stopAt)
+	var maxBacklog, maxDeferred uint64
+	for time.Now().Before(stopAt) {
+		time.Sleep(10 * time.Millisecond)
+		maxBacklog = max(maxBacklog, nd.backlog())
+		maxDeferred = max(maxDeferred, nd.Status().ExportDeferred)
+	}
+	w.wait(t)
+	st := nd.Status()
+	t.Logf("%d puts beside the expiry, none failed; backlog at most %d (soft bound %d); deferred at most %d, %d at the end",
+		w.puts.Load(), maxBacklog, soft, maxDeferred, st.ExportDeferred)
+	assert.EqualValues(t, 1, st.Sessions, "c2 expired")
+	assert.Greater(t, maxDeferred, uint64(objects/2), "the expiry's REMOVEs waited in the queue")
+	assert.LessOrEqual(t, maxBacklog, uint64(soft+bulkDirect+2*writers*batch))
+
+	require.NoError(t, proxy.Toxics.RemoveToxic(context.Background(), "slow"))
+	require.Eventually(t, func() bool { return nd.Status().ExportDeferred == 0 }, 30*time.Second, 20*time.Millisecond)
+	var removes int
+	for _, en := range checkOpLog(t, direct, waitExported(t, nd, direct, 30*time.Second)) {
+		if en.Source == oplog.SourceClientExpired {
+			removes++
+		}
+	}
+	assert.GreaterOrEqual(t, removes, objects)
+	c.converged()
+}

@@ -56,6 +56,8 @@ func (n *Node) status(digests bool) *service.NodeStatus {
 		st.UsedBytes = s.UsedBytes
 		st.CapacityBytes = s.CapacityBytes
 		st.ExportRingLen = uint64(s.RingLen)
+		deferred, _, _ := f.DeferredRemovals()
+		st.ExportDeferred = uint64(deferred)
 		st.NowMs = s.NowMs
 	})
 	return st

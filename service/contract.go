@@ -97,6 +97,9 @@ type NodeStatus struct {
 	ExportTakeRate  float64
 	WritesPaced     uint64
 	EtcdError       string
+	// ExportDeferred is the REMOVEs of bulk removals waiting to enter the
+	// export ring (every node holds them).
+	ExportDeferred uint64
 }
 
 // Member is one server of the Raft configuration.

@@ -125,7 +125,7 @@ func pinJSONShapes(t *testing.T, moonctl func(...string) (string, string, int), 
 	object := `{"key":"string","lease_until_ms":"number","replicas":[{"buffers":[{"buffer_address":"number","segment_id":"string","segment_name":"string","size":"number"}],"status":"string"}]}`
 	result := `{"result":"string"}`
 	node := `{"applied_index":"number","applied_seq":"number","capacity_bytes":"number","commit_index":"number","digest":"string",` +
-		`"disk_error":"string","endpoint":"string","error":"null","etcd_error":"string","etcd_export":"bool","export_backlog_ms":"number",` +
+		`"disk_error":"string","endpoint":"string","error":"null","etcd_error":"string","etcd_export":"bool","export_backlog_ms":"number","export_deferred":"number",` +
 		`"export_ring_len":"number","export_take_rate":"number","exported_seq":"number","writes_paced":"number",` +
 		`"grpc_addr":"string","http_addr":"string","id":"string","leader_grpc_addr":"string","leader_id":"string","now_ms":"number",` +
 		`"object_set_digest":"string","objects":"number","promoted":"bool","raft_addr":"string","read_lease_remaining_ms":"number",` +

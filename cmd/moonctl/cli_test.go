@@ -122,10 +122,10 @@ func TestPrintExport(t *testing.T) {
 		want string
 	}{
 		{&moonraftpb.NodeStatus{Id: "n1", ExportTakeRate: 9512.4, WritesPaced: 12},
-			"n1: export to etcd: ~9512 entries/s; 12 writes paced now\n"},
-		{&moonraftpb.NodeStatus{Id: "n1"}, "n1: export to etcd: rate not measured yet; 0 writes paced now\n"},
+			"n1: export to etcd: ~9512 entries/s; 12 writes paced now; 0 removals deferred\n"},
+		{&moonraftpb.NodeStatus{Id: "n1", ExportDeferred: 5000}, "n1: export to etcd: rate not measured yet; 0 writes paced now; 5000 removals deferred\n"},
 		{&moonraftpb.NodeStatus{Id: "n2", ExportTakeRate: 100, EtcdError: "context deadline exceeded"},
-			"n2: export to etcd: ~100 entries/s; 0 writes paced now\nn2: etcd takes no OpLog entries: context deadline exceeded\n"},
+			"n2: export to etcd: ~100 entries/s; 0 writes paced now; 0 removals deferred\nn2: etcd takes no OpLog entries: context deadline exceeded\n"},
 	} {
 		var b strings.Builder
 		printExport(&b, tc.st)

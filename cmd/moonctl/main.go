@@ -563,7 +563,7 @@ func printExport(out io.Writer, s *moonraftpb.NodeStatus) {
 	if s.ExportTakeRate > 0 {
 		rate = fmt.Sprintf("~%.0f entries/s", s.ExportTakeRate)
 	}
-	fmt.Fprintf(out, "%s: export to etcd: %s; %d writes paced now\n", s.Id, rate, s.WritesPaced)
+	fmt.Fprintf(out, "%s: export to etcd: %s; %d writes paced now; %d removals deferred\n", s.Id, rate, s.WritesPaced, s.ExportDeferred)
 	if s.EtcdError != "" {
 		fmt.Fprintf(out, "%s: etcd takes no OpLog entries: %s\n", s.Id, s.EtcdError)
 	}

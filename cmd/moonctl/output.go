@@ -122,6 +122,7 @@ type nodeStatusJSON struct {
 	ExportTakeRate       float64    `json:"export_take_rate"`
 	WritesPaced          uint64     `json:"writes_paced"`
 	EtcdError            string     `json:"etcd_error"`
+	ExportDeferred       uint64     `json:"export_deferred"`
 }
 
 func statusJSON(endpoints []string, sts []*moonraftpb.NodeStatus, errs []error) []nodeStatusJSON {
@@ -145,7 +146,8 @@ func statusJSON(endpoints []string, sts []*moonraftpb.NodeStatus, errs []error) 
 			ExportRingLen: s.ExportRingLen, Objects: s.Objects, Segments: s.Segments, Sessions: s.Sessions,
 			UsedBytes: s.UsedBytes, CapacityBytes: s.CapacityBytes, NowMs: s.NowMs, Digest: s.Digest,
 			ObjectSetDigest: s.ObjectSetDigest, DiskError: s.DiskError, ExportBacklogMs: s.ExportBacklogMs,
-			ExportTakeRate: s.ExportTakeRate, WritesPaced: s.WritesPaced, EtcdError: s.EtcdError}
+			ExportTakeRate: s.ExportTakeRate, WritesPaced: s.WritesPaced, EtcdError: s.EtcdError,
+			ExportDeferred: s.ExportDeferred}
 	}
 	return out
 }

@@ -2992,6 +2992,7 @@ type NodeStatus struct {
 	ExportTakeRate       float64                `protobuf:"fixed64,28,opt,name=export_take_rate,json=exportTakeRate,proto3" json:"export_take_rate,omitempty"`                    // OpLog entries a second etcd takes, as the leader measures it under load (0: not measured)
 	WritesPaced          uint64                 `protobuf:"varint,29,opt,name=writes_paced,json=writesPaced,proto3" json:"writes_paced,omitempty"`                                // client writes waiting now for etcd to take the backlog (past the export's soft bound)
 	EtcdError            string                 `protobuf:"bytes,30,opt,name=etcd_error,json=etcdError,proto3" json:"etcd_error,omitempty"`                                       // why etcd takes no entries now ("" while it does)
+	ExportDeferred       uint64                 `protobuf:"varint,31,opt,name=export_deferred,json=exportDeferred,proto3" json:"export_deferred,omitempty"`                       // REMOVEs of bulk removals waiting to enter the export ring
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -3234,6 +3235,13 @@ func (x *NodeStatus) GetEtcdError() string {
 		return x.EtcdError
 	}
 	return ""
+}
+
+func (x *NodeStatus) GetExportDeferred() uint64 {
+	if x != nil {
+		return x.ExportDeferred
+	}
+	return 0
 }
 
 // MembersRequest asks for the Raft configuration.
@@ -3990,7 +3998,7 @@ const file_moonraft_proto_rawDesc = "" +
 	"\fskip_digests\x18\x01 \x01(\bR\vskipDigests\"j\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12+\n" +
-	"\x04node\x18\x02 \x01(\v2\x17.moonraft.v1.NodeStatusR\x04node\"\xd1\a\n" +
+	"\x04node\x18\x02 \x01(\v2\x17.moonraft.v1.NodeStatusR\x04node\"\xfa\a\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
@@ -4028,7 +4036,8 @@ const file_moonraft_proto_rawDesc = "" +
 	"\x10export_take_rate\x18\x1c \x01(\x01R\x0eexportTakeRate\x12!\n" +
 	"\fwrites_paced\x18\x1d \x01(\x04R\vwritesPaced\x12\x1d\n" +
 	"\n" +
-	"etcd_error\x18\x1e \x01(\tR\tetcdError\"\x10\n" +
+	"etcd_error\x18\x1e \x01(\tR\tetcdError\x12'\n" +
+	"\x0fexport_deferred\x18\x1f \x01(\x04R\x0eexportDeferred\"\x10\n" +
 	"\x0eMembersRequest\"m\n" +
 	"\x0fMembersResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12-\n" +
