@@ -169,7 +169,7 @@ func (f *FSM) unmountSegment(c *UnmountSegment) Result {
 
 // dropSegments unmounts segs: replicas with a buffer on one of them go, and
 // objects left without replicas are removed and exported with src. It scans
-// every object once, which is fine for an event as rare as an unmount.
+// every object once if any of segs has buffers on it.
 func (f *FSM) dropSegments(segs []*segment, src oplog.Source) (removed uint64) {
 	gone := make(map[*segment]bool, len(segs))
 	for _, s := range segs {
@@ -180,17 +180,26 @@ func (f *FSM) dropSegments(segs []*segment, src oplog.Source) (removed uint64) {
 		obj *object
 	}
 	var changes []change
-	f.objects.Ascend(func(it objItem) bool {
-		for _, r := range it.obj.replicas {
-			for _, b := range r.buffers {
-				if gone[b.seg] {
-					changes = append(changes, change(it))
-					return true
+	// Only a segment with buffers allocated on it (objects', or held for
+	// an upsert or a preempted write) has anything to drop: one without is
+	// unmounted without the scan, as most of a client's many segments are.
+	held := false
+	for _, s := range segs {
+		held = held || s.alloc.free < s.size
+	}
+	if held {
+		f.objects.Ascend(func(it objItem) bool {
+			for _, r := range it.obj.replicas {
+				for _, b := range r.buffers {
+					if gone[b.seg] {
+						changes = append(changes, change(it))
+						return true
+					}
 				}
 			}
-		}
-		return true
-	})
+			return true
+		})
+	}
 	b := &bulk{}
 	for _, ch := range changes {
 		var keep, lost []replica

@@ -102,6 +102,12 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		n.sm.fillKeyIndex(ctx)
 	}()
 	defer func() { <-filled }()
+	releasing := make(chan struct{})
+	go func() {
+		defer close(releasing)
+		n.releaseLoop(ctx)
+	}()
+	defer func() { <-releasing }()
 	n.promotedTerm.Store(term)
 	n.leaderSignal.fire()
 	n.log.Info("promotion done, serving")
@@ -119,9 +125,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		if _, err := n.tick(ctx, false); err != nil {
 			n.log.Warn("tick failed", "error", err)
 		}
-		if err := n.releaseRemovals(ctx); err != nil {
-			n.log.Warn("deferred removals not released", "error", err)
-		}
+
 	}
 }
 

@@ -2,68 +2,72 @@ package node
 
 import (
 	"context"
-	"math"
 	"time"
 
+	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 )
 
 const (
 	// bulkDirect is how many REMOVEs one bulk removal exports at once
-	// (fsm.ReleaseRemovals.Direct): as many as a small unmount has, so
-	// only a large one defers.
+	// (fsm.ReleaseRemovals.Direct), and how many one release moves into
+	// the export ring: as many as a small unmount has, so only a large
+	// one defers.
 	bulkDirect = 1024
-	// maxRelease bounds one ReleaseRemovals, so that its apply holds the
-	// state for milliseconds: at one a tick, ten times etcd's rate here.
-	maxRelease = 16_384
+	// releaseWait bounds a release's wait for its turn at the pacer; a
+	// release refused is tried again the next tick.
+	releaseWait = 30 * time.Second
 )
 
-// releaseRemovals is the leader's part in deferral (fsm/deferred.go): it
-// turns deferral on, then, each tick, moves deferred REMOVEs into the
-// export ring at the pace the pacer gives, until none waits.
-func (n *Node) releaseRemovals(ctx context.Context) error {
-	var (
-		on      bool
-		waiting int
-	)
-	n.sm.read(func(f *fsm.FSM) {
-		on = f.DeferringRemovals()
-		waiting, _, _ = f.DeferredRemovals()
-	})
-	if on && waiting == 0 {
-		return nil
+// releaseLoop is the leader's part in deferral (fsm/deferred.go): it turns
+// deferral on, then moves deferred REMOVEs into the export ring while any
+// wait, bulkDirect at a time, each admitted by the pacer like a client
+// write of as many entries. Releases and client writes thus take turns,
+// first come first served, at the rate etcd takes entries.
+func (n *Node) releaseLoop(ctx context.Context) {
+	t := time.NewTicker(n.cfg.Tick)
+	defer t.Stop()
+	for {
+		if err := n.releaseRemovals(ctx); err != nil && ctx.Err() == nil {
+			n.log.Warn("deferred removals not released; trying again", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
-	share := uint64(math.MaxUint64) // no etcd: nothing to wait for
-	if n.etcd != nil {
-		share = n.pacer.removalShare(n.cfg.Tick)
-	}
-	if on && share == 0 {
-		return nil
-	}
-	_, err := n.apply(ctx, &fsm.ReleaseRemovals{NowMs: n.now(), Max: min(share, maxRelease), Direct: bulkDirect})
-	return err
 }
 
-// removalShare is how many deferred REMOVEs may enter the export ring in
-// the next interval: the room under the soft bound or, while writes wait
-// for room, half of what etcd takes in an interval (the writes get the
-// other half). None while etcd is unreachable: the queue, not the ring,
-// then holds them.
-func (p *pacer) removalShare(interval time.Duration) uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.active || p.down != nil {
-		return 0
-	}
-	if len(p.queue) > 0 {
-		if p.rate.perSec <= 0 {
-			return bulkDirect
+// releaseRemovals releases deferred REMOVEs until none waits.
+func (n *Node) releaseRemovals(ctx context.Context) error {
+	for ctx.Err() == nil {
+		var (
+			on      bool
+			waiting int
+		)
+		n.sm.read(func(f *fsm.FSM) {
+			on = f.DeferringRemovals()
+			waiting, _, _ = f.DeferredRemovals()
+		})
+		if on && (waiting == 0 || n.pacer.stats().EtcdDown) {
+			return nil // while etcd is down the queue, not the ring, holds them
 		}
-		return max(1, uint64(p.rate.perSec*interval.Seconds()/2))
+		chunk := uint64(min(waiting, bulkDirect))
+		wctx, cancel := context.WithTimeout(ctx, releaseWait)
+		paced, err := n.pacer.admit(wctx, chunk)
+		cancel()
+		if errcode.Of(err) == errcode.TooManyRequests {
+			return nil // its turn is not near: the next tick asks again
+		}
+		if err != nil {
+			return err
+		}
+		_, err = n.apply(ctx, &fsm.ReleaseRemovals{NowMs: n.now(), Max: chunk, Direct: bulkDirect})
+		paced()
+		if err != nil {
+			return err
+		}
 	}
-	b := p.backlog() + p.reserved
-	if b >= p.softEntries {
-		return 0
-	}
-	return p.softEntries - b
+	return nil
 }
