@@ -140,10 +140,24 @@ func (p *pacer) free(need uint64) bool {
 	if b == 0 {
 		return true
 	}
-	if b+p.cost(need) > p.softEntries {
+	bound := p.bound()
+	if b+min(p.cost(need), bound/4) > bound {
 		return false
 	}
-	return p.oldestMs == 0 || time.Duration(p.nowMs()-p.oldestMs)*time.Millisecond < p.softAge
+	// Without a measured rate the age is held to its bound directly.
+	return p.rate.perSec > 0 || p.oldestMs == 0 || time.Duration(p.nowMs()-p.oldestMs)*time.Millisecond < p.softAge
+}
+
+// bound is the soft bound in entries: --export-soft-entries, or fewer when
+// etcd takes entries so slowly that a backlog of that many would be older
+// than --export-soft-age. Held to it, the backlog's age stays near its
+// bound, and writes go as etcd makes room rather than all at once each
+// time the oldest entry goes under the age.
+func (p *pacer) bound() uint64 {
+	if p.rate.perSec <= 0 {
+		return p.softEntries
+	}
+	return max(1, min(p.softEntries, uint64(p.rate.perSec*p.softAge.Seconds())))
 }
 
 // cost is what a write of need entries counts for against the soft bound
@@ -180,8 +194,8 @@ func (p *pacer) expectedWait(need uint64) (time.Duration, bool) {
 		return 0, false
 	}
 	ahead := p.queued + p.cost(need)
-	if b := p.backlog() + p.reserved; b > p.softEntries {
-		ahead += b - p.softEntries
+	if b, bound := p.backlog()+p.reserved, p.bound(); b > bound {
+		ahead += b - bound
 	}
 	return time.Duration(float64(ahead) / p.rate.perSec * float64(time.Second)), true
 }

@@ -249,3 +249,30 @@ func TestEntriesOf(t *testing.T) {
 		assert.Equal(t, tc.want, entriesOf(tc.cmd), "%T", tc.cmd)
 	}
 }
+
+// With etcd's rate measured, the bound in entries is what etcd takes in
+// --export-soft-age when that is fewer: the backlog's age stays near its
+// bound, and writes go as room opens, not all at once when the oldest
+// entry goes under the age.
+func TestPacerBoundFollowsRate(t *testing.T) {
+	var e fakeExport
+	p := e.pacer(100_000, 1_000_000, 10*time.Second)
+	e.now = e.now.Add(time.Millisecond)
+	p.took(1)
+	e.now = e.now.Add(time.Second)
+	p.took(999) // 1,000 entries a second: 10,000 in 10 s
+	require.Equal(t, uint64(10_000), p.bound())
+	p.setOldest(pendingAt(t, 1_000))
+	e.nowMs = 60_000 // the oldest entry is far past the age: the rate's bound rules
+
+	e.set(9_990)
+	release, err := p.admit(context.Background(), 10)
+	require.NoError(t, err)
+	release()
+	e.set(9_995)
+	res := admitAsync(p, context.Background(), 10)
+	require.Eventually(t, func() bool { return waiting(p) == 1 }, time.Second, time.Millisecond)
+	e.set(9_000)
+	p.took(995)
+	assert.NoError(t, <-res)
+}
