@@ -47,6 +47,10 @@ type segment struct {
 	// DrainSegments unmounts it once idle or at drainUntilMs.
 	draining     bool
 	drainUntilMs int64
+	// objs holds the keys of the objects with a buffer here, derived and
+	// kept by putObject and forget: an unmount visits them, not every
+	// object (nil until the first).
+	objs map[string]struct{}
 }
 
 type buffer struct {
@@ -294,7 +298,13 @@ func (f *FSM) findObject(key string) (objItem, bool) {
 // modified copy): it is of this snapshot generation.
 func (f *FSM) putObject(key string, o *object) {
 	o.gen = f.gen
-	f.objects.ReplaceOrInsert(objItem{key, o})
+	old, had := f.objects.ReplaceOrInsert(objItem{key, o})
+	if !had || !sameBuffers(old.obj, o) {
+		if had {
+			unindexSegments(key, old.obj)
+		}
+		indexSegments(key, o)
+	}
 	if f.byKey != nil {
 		f.byKey[key] = objItem{key, o}
 	}
@@ -303,6 +313,33 @@ func (f *FSM) putObject(key string, o *object) {
 	} else {
 		f.processing.remove(key)
 	}
+}
+
+// indexSegments adds key to the object index of every segment o has a
+// buffer on; unindexSegments takes it out.
+func indexSegments(key string, o *object) {
+	for _, r := range o.replicas {
+		for _, b := range r.buffers {
+			if b.seg.objs == nil {
+				b.seg.objs = map[string]struct{}{}
+			}
+			b.seg.objs[key] = struct{}{}
+		}
+	}
+}
+
+func unindexSegments(key string, o *object) {
+	for _, r := range o.replicas {
+		for _, b := range r.buffers {
+			delete(b.seg.objs, key)
+		}
+	}
+}
+
+// sameBuffers: a and b share their replicas (a copy with a new lease or
+// soft pin), so their segments are the same.
+func sameBuffers(a, b *object) bool {
+	return len(a.replicas) == len(b.replicas) && (len(a.replicas) == 0 || &a.replicas[0] == &b.replicas[0])
 }
 
 // leased reports whether o's read lease (or Promote's floor) still holds.

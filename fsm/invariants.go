@@ -15,6 +15,7 @@ import (
 // call it; it is O(state).
 func (f *FSM) CheckInvariants() error {
 	used := map[*segment][]freeRange{}
+	onSeg := map[*segment]int{}
 	var err error
 	procs, indexed := 0, 0
 	f.objects.Ascend(func(it objItem) bool {
@@ -23,12 +24,21 @@ func (f *FSM) CheckInvariants() error {
 			err = fmt.Errorf("object %q has no replica", it.key)
 			return false
 		}
+		segs := map[*segment]bool{}
 		for _, r := range o.replicas {
 			var sum uint64
 			for _, b := range r.buffers {
 				if f.segments[b.seg.id] != b.seg {
 					err = fmt.Errorf("object %q has a buffer on unmounted segment %q", it.key, b.seg.id)
 					return false
+				}
+				if _, ok := b.seg.objs[it.key]; !ok {
+					err = fmt.Errorf("object %q is not in the object index of segment %q", it.key, b.seg.id)
+					return false
+				}
+				if !segs[b.seg] {
+					segs[b.seg] = true
+					onSeg[b.seg]++
 				}
 				used[b.seg] = append(used[b.seg], freeRange{b.offset, b.length})
 				sum += b.length
@@ -93,6 +103,9 @@ func (f *FSM) CheckInvariants() error {
 		sess, ok := f.sessions[s.clientID]
 		if !ok || !slices.Contains(sess.segments, s) {
 			return fmt.Errorf("segment %q is not in the session of client %q", s.id, s.clientID)
+		}
+		if len(s.objs) != onSeg[s] {
+			return fmt.Errorf("segment %q's object index holds %d keys for %d objects", s.id, len(s.objs), onSeg[s])
 		}
 		u := used[s]
 		slices.SortFunc(u, func(a, b freeRange) int { return cmp.Compare(a.off, b.off) })

@@ -356,7 +356,9 @@ func (f *FSM) discard(key string, o *object) {
 
 // forget takes o out of the object tree and its indexes.
 func (f *FSM) forget(key string) {
-	f.objects.Delete(objItem{key: key})
+	if it, ok := f.objects.Delete(objItem{key: key}); ok {
+		unindexSegments(key, it.obj)
+	}
 	delete(f.byKey, key)
 	f.processing.remove(key)
 }

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -168,8 +169,8 @@ func (f *FSM) unmountSegment(c *UnmountSegment) Result {
 }
 
 // dropSegments unmounts segs: replicas with a buffer on one of them go, and
-// objects left without replicas are removed and exported with src. It scans
-// every object once if any of segs has buffers on it.
+// objects left without replicas are removed and exported with src. It
+// visits the objects on segs only (segment.objs).
 func (f *FSM) dropSegments(segs []*segment, src oplog.Source) (removed uint64) {
 	gone := make(map[*segment]bool, len(segs))
 	for _, s := range segs {
@@ -180,25 +181,17 @@ func (f *FSM) dropSegments(segs []*segment, src oplog.Source) (removed uint64) {
 		obj *object
 	}
 	var changes []change
-	// Only a segment with buffers allocated on it (objects', or held for
-	// an upsert or a preempted write) has anything to drop: one without is
-	// unmounted without the scan, as most of a client's many segments are.
-	held := false
+	// Each segment's object index names what to visit, in key order for
+	// a deterministic order of REMOVEs.
+	keys := map[string]struct{}{}
 	for _, s := range segs {
-		held = held || s.alloc.free < s.size
+		for k := range s.objs {
+			keys[k] = struct{}{}
+		}
 	}
-	if held {
-		f.objects.Ascend(func(it objItem) bool {
-			for _, r := range it.obj.replicas {
-				for _, b := range r.buffers {
-					if gone[b.seg] {
-						changes = append(changes, change(it))
-						return true
-					}
-				}
-			}
-			return true
-		})
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		o, _ := f.getObject(k)
+		changes = append(changes, change{k, o})
 	}
 	b := &bulk{}
 	for _, ch := range changes {
