@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/internal/svgplot"
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -84,7 +86,14 @@ func watch(ctx context.Context, cfg config, d time.Duration, out io.Writer) erro
 func sampleExport(ctx context.Context, cl *client.Client, at time.Duration) (exportSample, bool) {
 	sctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	sts, _ := cl.StatusAll(sctx)
+	// Progress, not Status: the digests cost the node a pass over its
+	// whole state under its lock, every second.
+	sts := make([]*moonraftpb.NodeStatus, len(cl.Endpoints()))
+	var wg sync.WaitGroup
+	for i, ep := range cl.Endpoints() {
+		wg.Go(func() { sts[i], _ = cl.Progress(sctx, ep) })
+	}
+	wg.Wait()
 	for _, st := range sts {
 		if st != nil && st.Promoted {
 			return exportSample{T: at.Seconds(), Leader: st.Id, Term: st.Term, AppliedSeq: st.AppliedSeq, ExportedSeq: st.ExportedSeq,
