@@ -6,7 +6,10 @@
 # moonbench --watch samples the leader's export every second beside it and
 # draws the admitted rate, etcd's rate and the backlog. Prints master_bench's
 # result, its failed calls, the leader changes and the backlog's peak.
-#   DURATION=600 CLIENTS=4 OPERATION=BatchPut OUT=/tmp/sustained MOONCAKE_DIR=../shared/mooncake
+# BENCH_ARGS go to master_bench as they are: --segment_size=16777216 caps its
+# 512 segments at 8 GiB, about two million 4 KiB objects, so that a long run
+# evicts instead of outgrowing the machine's memory.
+#   DURATION=600 CLIENTS=4 OPERATION=BatchPut OUT=/tmp/sustained BENCH_ARGS= MOONCAKE_DIR=../shared/mooncake
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MC="${MOONCAKE_DIR:-../shared/mooncake}"
@@ -14,6 +17,7 @@ DURATION="${DURATION:-600}"
 CLIENTS="${CLIENTS:-4}"
 OPERATION="${OPERATION:-BatchPut}"
 OUT="${OUT:-/tmp/sustained}"
+BENCH_ARGS="${BENCH_ARGS:-}"
 BIN=./bin
 mkdir -p "$OUT"
 run=$(mktemp -d /tmp/sustained-run.XXXXXX)
@@ -50,11 +54,11 @@ done
 "$BIN/moonbench" --endpoints "$endpoints" --watch "$((DURATION + 120))s" --json "$OUT/watch.json" --plot "$OUT/watch.svg" \
   >"$OUT/watch.txt" 2>&1 &
 watcher=$!
-echo "master_bench --operation=$OPERATION --num_clients=$CLIENTS --duration=$DURATION through n${leader#n}'s Mooncake address; the watch in $OUT/watch.txt" >&2
+echo "master_bench --operation=$OPERATION --num_clients=$CLIENTS --duration=$DURATION $BENCH_ARGS through n${leader#n}'s Mooncake address; the watch in $OUT/watch.txt" >&2
 start=$(date +%s)
 rc=0
 "$MC/bin/master_bench" --master_server="127.0.0.1:1880${leader#n}" --operation="$OPERATION" --duration="$DURATION" \
-  --num_clients="$CLIENTS" >"$OUT/master_bench.out" 2>&1 || rc=$?
+  --num_clients="$CLIENTS" $BENCH_ARGS >"$OUT/master_bench.out" 2>&1 || rc=$?
 echo "master_bench exited $rc after $(($(date +%s) - start)) s" >&2
 wait "$watcher" || true
 tail -1 "$OUT/watch.txt" >&2
