@@ -344,8 +344,8 @@ func (r *rateMeter) took(k uint64, now time.Time) {
 // entriesOf is how many OpLog entries a client command adds: the pacer's
 // measure of it. Commands that finish work already admitted (PutEnd,
 // PutRevoke) or add none are 0 and never wait. An unmount counts the
-// REMOVEs it exports at once: the objects it removes (estimated from the
-// segment's bytes) up to the bulk removal's direct count.
+// objects it removes (estimated from the segment's bytes) until deferral
+// is on, and none after.
 func (n *Node) entriesOf(c fsm.Command) uint64 {
 	if u, ok := c.(*fsm.UnmountSegment); ok {
 		var (
@@ -354,7 +354,11 @@ func (n *Node) entriesOf(c fsm.Command) uint64 {
 		)
 		n.sm.read(func(f *fsm.FSM) { objs, deferring = f.ObjectsOnSegment(u.SegmentID), f.DeferringRemovals() })
 		if deferring {
-			return min(objs, bulkDirect) // the rest wait in the deferred queue
+			// At most bulkDirect REMOVEs go to the ring at once, and only
+			// while none waits; the rest take their turns in the deferred
+			// queue. A client leaving with many segments is answered at
+			// once, not paced behind its own removals.
+			return 0
 		}
 		return objs
 	}

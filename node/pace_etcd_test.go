@@ -226,9 +226,10 @@ func underOneLeader(t *testing.T, run func(t *testing.T) (held bool)) {
 }
 
 // TestBulkUnmountUnderLoad: while writers outpace a slowed etcd, a client
-// leaves with more objects than the soft bound's quarter. Its unmount is
-// paced like a write and answered within its deadline; nobody's write
-// fails; every REMOVE reaches etcd, in order, once etcd is fast again.
+// leaves with more objects than the bulk's direct count. Its unmount is
+// answered within its deadline, its REMOVEs past the direct count waiting
+// in the deferred queue; nobody's write fails; every REMOVE reaches etcd,
+// in order, once etcd is fast again.
 func TestBulkUnmountUnderLoad(t *testing.T) {
 	const (
 		soft    = 1500
