@@ -66,23 +66,29 @@ func (f *FSM) deferRemove(key string, keySeq uint64, src oplog.Source) {
 
 // flushDeferred exports key's waiting REMOVE, if any, ahead of its turn.
 func (f *FSM) flushDeferred(key string) {
-	d := &f.deferral
-	pos, ok := d.at[key]
-	if !ok {
-		return
+	if r, ok := f.deferral.take(key); ok {
+		f.emit(oplog.OpRemove, r.key, nil, r.keySeq, r.src)
+		f.rebury(r)
 	}
-	delete(d.at, key)
-	f.emitDeferred(d.queue[pos-d.first])
-	d.trimHead()
 }
 
-// emitDeferred exports r, which must no longer be in the map. The key's
-// tombstone, kept while r waited (expireTombstones), now lasts
-// KeySeqRetainMs from here, as an etcd watcher's tombstone from the
-// entry's timestamp does: neither forgets the key's sequence before the
-// other.
-func (f *FSM) emitDeferred(r deferredRemoval) {
-	f.emit(oplog.OpRemove, r.key, nil, r.keySeq, r.src)
+// take removes key's waiting REMOVE from the queue and returns it.
+func (d *deferral) take(key string) (deferredRemoval, bool) {
+	pos, ok := d.at[key]
+	if !ok {
+		return deferredRemoval{}, false
+	}
+	delete(d.at, key)
+	r := d.queue[pos-d.first]
+	d.trimHead()
+	return r, true
+}
+
+// rebury is r's export for the key's tombstone: kept while r waited
+// (expireTombstones), it now lasts KeySeqRetainMs from here, as an etcd
+// watcher's tombstone from the entry's timestamp does, so neither forgets
+// the key's sequence before the other.
+func (f *FSM) rebury(r deferredRemoval) {
 	if t, ok := f.tombstones.Get(tombstone{key: r.key}); ok && t.keySeq == r.keySeq {
 		f.bury(r.key, r.keySeq)
 	}
@@ -111,12 +117,7 @@ func (f *FSM) releaseRemovals(c *ReleaseRemovals) Result {
 	}
 	var n uint64
 	for ; n < limit && len(d.queue) > 0; n++ {
-		r := d.queue[0] // live: trimHead keeps it so
-		delete(d.at, r.key)
-		f.emitDeferred(r)
-		d.queue = d.queue[1:]
-		d.first++
-		d.trimHead()
+		f.flushDeferred(d.queue[0].key) // the head is live: trimHead keeps it so
 	}
 	return Result{Released: n}
 }

@@ -299,7 +299,7 @@ func (f *FSM) findObject(key string) (objItem, bool) {
 func (f *FSM) putObject(key string, o *object) {
 	o.gen = f.gen
 	old, had := f.objects.ReplaceOrInsert(objItem{key, o})
-	if !had || !sameBuffers(old.obj, o) {
+	if !had || !sameSegments(old.obj, o) {
 		if had {
 			unindexSegments(key, old.obj)
 		}
@@ -336,10 +336,25 @@ func unindexSegments(key string, o *object) {
 	}
 }
 
-// sameBuffers: a and b share their replicas (a copy with a new lease or
-// soft pin), so their segments are the same.
-func sameBuffers(a, b *object) bool {
-	return len(a.replicas) == len(b.replicas) && (len(a.replicas) == 0 || &a.replicas[0] == &b.replicas[0])
+// sameSegments: a and b have their buffers on the same segments, in the
+// same order (a PutEnd's COMPLETE copy, a new lease), so the segments'
+// indexes need no change.
+func sameSegments(a, b *object) bool {
+	if len(a.replicas) != len(b.replicas) {
+		return false
+	}
+	for i := range a.replicas {
+		ab, bb := a.replicas[i].buffers, b.replicas[i].buffers
+		if len(ab) != len(bb) {
+			return false
+		}
+		for j := range ab {
+			if ab[j].seg != bb[j].seg {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // leased reports whether o's read lease (or Promote's floor) still holds.

@@ -1,8 +1,6 @@
 package fsm
 
 import (
-	"math/bits"
-
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/lease"
 	"github.com/moonraft/moonraft/oplog"
@@ -233,24 +231,6 @@ func (f *FSM) Segments() []SegmentInfo {
 func segmentInfo(s *segment) SegmentInfo {
 	return SegmentInfo{ID: s.id, Name: s.name, ClientID: s.clientID, Base: s.base, Size: s.size,
 		Endpoint: s.endpoint, Protocol: s.protocol, Used: s.size - s.alloc.free}
-}
-
-// ObjectsOnSegment estimates the objects with a buffer on segment id (what
-// an unmount of it removes) from its used bytes and the mean bytes of an
-// object, in O(1); 0 if it is not mounted or empty.
-func (f *FSM) ObjectsOnSegment(id string) uint64 {
-	s, ok := f.segments[id]
-	n := uint64(f.objects.Len())
-	if !ok || f.used == 0 || n == 0 {
-		return 0
-	}
-	// used ≤ f.used, so the 128-bit quotient fits in 64 bits.
-	hi, lo := bits.Mul64(s.size-s.alloc.free, n)
-	q, r := bits.Div64(hi, lo, f.used)
-	if r > 0 {
-		q++
-	}
-	return min(n, q)
 }
 
 // Params returns the parameters in force.

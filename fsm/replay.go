@@ -109,12 +109,9 @@ func (f *FSM) replayDeferred(e oplog.Entry) bool {
 	if !ok || e.OpType != oplog.OpRemove || d.queue[pos-d.first].keySeq != e.KeySequenceID {
 		return false
 	}
-	delete(d.at, e.Key)
-	d.trimHead()
+	r, _ := d.take(e.Key)
 	f.replayAdvance(e.TimestampMs)
-	if t, ok := f.tombstones.Get(tombstone{key: e.Key}); ok && t.keySeq == e.KeySequenceID {
-		f.bury(e.Key, e.KeySequenceID) // as the source did when it exported e
-	}
+	f.rebury(r) // as the source did when it exported e
 	return true
 }
 

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,23 +39,4 @@ func TestSegmentsInfo(t *testing.T) {
 		used += s.Used
 	}
 	require.Equal(t, uint64(8192+100), used)
-}
-
-// TestObjectsOnSegment: the estimate of what an unmount removes is exact
-// for objects of one size and one replica, and 0 for a segment that is
-// not mounted or holds nothing.
-func TestObjectsOnSegment(t *testing.T) {
-	x := newH(t)
-	require.Zero(t, x.f.ObjectsOnSegment("s1"), "nothing mounted")
-	x.mount("c1", "s1", 0x1000_0000, 1<<20)
-	x.mount("c1", "s2", 0x2000_0000, 1<<20)
-	require.Zero(t, x.f.ObjectsOnSegment("s1"), "empty")
-	for i := range 40 {
-		x.put(fmt.Sprintf("k%02d", i), "c1", 4096)
-	}
-	est := x.f.ObjectsOnSegment("s1")
-	require.Equal(t, uint64(40), est+x.f.ObjectsOnSegment("s2"))
-	r := x.ok(&UnmountSegment{NowMs: x.now, ClientID: "c1", SegmentID: "s1"})
-	require.Equal(t, est, r.Removed)
-	require.Zero(t, x.f.ObjectsOnSegment("nope"))
 }

@@ -251,7 +251,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ps := n.pacer.stats()
 		if leader {
 			gauge(ch, dTakeRate, ps.TakeRate)
-			gauge(ch, dEtcdDown, b2f(ps.EtcdDown))
+			gauge(ch, dEtcdDown, b2f(ps.EtcdDown()))
 			gauge(ch, dPacedNow, float64(ps.Waiting))
 		}
 		counter(ch, dPaced, float64(ps.Paced))

@@ -292,17 +292,20 @@ func (p *pacer) setOldest(pending fsm.Pending) {
 type paceStats struct {
 	Waiting  int     // writes waiting now
 	TakeRate float64 // entries a second etcd takes, as measured
-	EtcdDown bool
-	// EtcdError is etcd's last failure while it is down.
+	// EtcdError is etcd's last failure while it is down, "" while it
+	// takes entries.
 	EtcdError string
 	Paced     uint64 // writes that waited, since start
 	Refused   uint64 // writes refused for the backlog, since start
 }
 
+// EtcdDown: the export's last etcd call failed.
+func (ps paceStats) EtcdDown() bool { return ps.EtcdError != "" }
+
 func (p *pacer) stats() paceStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ps := paceStats{Waiting: len(p.queue), TakeRate: p.rate.perSec, EtcdDown: p.down != nil, Paced: p.paced, Refused: p.refused}
+	ps := paceStats{Waiting: len(p.queue), TakeRate: p.rate.perSec, Paced: p.paced, Refused: p.refused}
 	if p.down != nil {
 		ps.EtcdError = p.down.Error()
 	}
@@ -343,30 +346,11 @@ func (r *rateMeter) took(k uint64, now time.Time) {
 
 // entriesOf is how many OpLog entries a client command adds: the pacer's
 // measure of it. Commands that finish work already admitted (PutEnd,
-// PutRevoke) or add none are 0 and never wait. An unmount counts the
-// objects it removes (estimated from the segment's bytes) until deferral
-// is on, and none after.
-func (n *Node) entriesOf(c fsm.Command) uint64 {
-	if u, ok := c.(*fsm.UnmountSegment); ok {
-		var (
-			objs      uint64
-			deferring bool
-		)
-		n.sm.read(func(f *fsm.FSM) { objs, deferring = f.ObjectsOnSegment(u.SegmentID), f.DeferringRemovals() })
-		if deferring {
-			// At most bulkDirect REMOVEs go to the ring at once, and only
-			// while none waits; the rest take their turns in the deferred
-			// queue. A client leaving with many segments is answered at
-			// once, not paced behind its own removals.
-			return 0
-		}
-		return objs
-	}
-	return entriesOf(c)
-}
-
-// entriesOf is the count of a command whose entries are known without the
-// state.
+// PutRevoke) or add none are 0 and never wait. So are bulk removals
+// (unmounts, RemoveAll): at most bulkDirect of their REMOVEs go to the
+// ring at once, the rest take their turns in the deferred queue
+// (release.go), so a client leaving with many segments is answered at
+// once, not paced behind its own removals.
 func entriesOf(c fsm.Command) uint64 {
 	switch c := c.(type) {
 	case *fsm.PutStart, *fsm.Remove:

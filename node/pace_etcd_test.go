@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
@@ -29,23 +30,10 @@ func TestWritesPacedToSlowEtcd(t *testing.T) {
 		run     = 8 * time.Second
 	)
 	underOneLeader(t, func(t *testing.T) bool {
-		e := testEtcd(t)
-		proxy := etcdProxy(t, e.Endpoints[0])
-		viaProxy := e
-		viaProxy.Endpoints = []string{"http://" + proxy.Listen}
-		c := newCluster(t, 3, 50*time.Millisecond, withEtcd(viaProxy), func(c *Config) {
-			c.ExportRenewals = false
-			c.ExportSoftEntries = soft
-		})
-		nd := c.nodes[c.leader()]
-		direct, err := etcdbridge.Open(e)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = direct.Close() })
+		_, nd, proxy, direct := proxiedCluster(t, 0, func(c *Config) { c.ExportSoftEntries = soft })
 		mountSegments(t, nd)
 
-		_, err = proxy.Toxics.AddToxicJson(strings.NewReader(
-			`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":100}}`))
-		require.NoError(t, err)
+		slowEtcd(t, proxy)
 
 		stopAt := time.Now().Add(run)
 		w := startWriters(nd, writers, batch, stopAt)
@@ -99,22 +87,12 @@ func TestWritesPacedToSlowEtcd(t *testing.T) {
 // for how long and why; once etcd is back, writes go again.
 func TestOutageRefusalNamesEtcd(t *testing.T) {
 	const ringCap = 20
-	e := testEtcd(t)
-	proxy := etcdProxy(t, e.Endpoints[0])
-	viaProxy := e
-	viaProxy.Endpoints = []string{"http://" + proxy.Listen}
-	viaProxy.DialTimeout = time.Second
-	c := newCluster(t, 3, 50*time.Millisecond, withEtcd(viaProxy), func(c *Config) {
-		c.ExportRenewals = false
+	_, nd, proxy, direct := proxiedCluster(t, time.Second, func(c *Config) {
 		c.Params.ExportRingCap = ringCap
 		c.ExportSoftEntries = ringCap / 2
 	})
-	nd := c.nodes[c.leader()]
 	mountSegments(t, nd)
 	put(t, nd, "before")
-	direct, err := etcdbridge.Open(e)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = direct.Close() })
 	waitExported(t, nd, direct, 10*time.Second)
 
 	proxy.Stop()
@@ -131,14 +109,64 @@ func TestOutageRefusalNamesEtcd(t *testing.T) {
 	assert.Equal(t, errcode.EtcdOperationError, errcode.Of(refusal))
 	assert.Contains(t, refusal.Error(), "etcd has not taken OpLog entries for")
 	assert.Contains(t, refusal.Error(), "--export-ring")
-	assert.True(t, nd.pacer.stats().EtcdDown)
+	assert.True(t, nd.pacer.stats().EtcdDown())
 	assert.NotEmpty(t, nd.Status().EtcdError, "moonctl status says why etcd takes nothing")
 	assert.Contains(t, scrape(t, nd), "moonraft_export_etcd_down 1")
 
 	require.NoError(t, proxy.Start())
 	waitExported(t, nd, direct, 30*time.Second)
 	put(t, nd, "after")
-	assert.False(t, nd.pacer.stats().EtcdDown)
+	assert.False(t, nd.pacer.stats().EtcdDown())
+}
+
+// proxiedCluster starts three nodes exporting to the test etcd through a
+// toxiproxy, with renewals off, and returns it, its leader, the proxy, and a
+// store on etcd around the proxy; dial bounds the nodes' etcd dials (0:
+// the default).
+func proxiedCluster(t *testing.T, dial time.Duration, opts ...func(*Config)) (*cluster, *Node, *toxiproxy.Proxy, *etcdbridge.Store) {
+	t.Helper()
+	e := testEtcd(t)
+	proxy := etcdProxy(t, e.Endpoints[0])
+	viaProxy := e
+	viaProxy.Endpoints = []string{"http://" + proxy.Listen}
+	viaProxy.DialTimeout = dial
+	opts = append([]func(*Config){func(c *Config) { c.ExportRenewals = false }}, opts...)
+	c := newCluster(t, 3, 50*time.Millisecond, append([]func(*Config){withEtcd(viaProxy)}, opts...)...)
+	direct, err := etcdbridge.Open(e)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = direct.Close() })
+	return c, c.nodes[c.leader()], proxy, direct
+}
+
+// slowEtcd makes every etcd call 100 ms slower.
+func slowEtcd(t *testing.T, proxy *toxiproxy.Proxy) {
+	t.Helper()
+	_, err := proxy.Toxics.AddToxicJson(strings.NewReader(
+		`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":100}}`))
+	require.NoError(t, err)
+}
+
+// fillSegment mounts segment seg for client and puts n objects of 4 KiB
+// on it, 500 to a batch.
+func fillSegment(t *testing.T, nd *Node, client, seg string, n int) {
+	t.Helper()
+	mustPropose(t, nd, &fsm.MountSegment{NowMs: time.Now().UnixMilli(), ClientID: client,
+		Segment: fsm.SegmentSpec{ID: seg, Name: seg, Base: 1 << 44, Size: 1 << 30}})
+	for i := 0; i < n; i += 500 {
+		var starts, ends []fsm.Command
+		for j := i; j < min(i+500, n); j++ {
+			key, now := fmt.Sprintf("%s-%d", client, j), time.Now().UnixMilli()
+			starts = append(starts, &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{4096}, ReplicaNum: 1, PreferredSegment: seg, ClientID: client})
+			ends = append(ends, &fsm.PutEnd{NowMs: now, Key: key, ClientID: client})
+		}
+		for _, cmds := range [][]fsm.Command{starts, ends} {
+			rs, err := nd.ProposeBatch(ctx(t), cmds)
+			require.NoError(t, err)
+			for _, r := range rs {
+				require.NoError(t, r.Err)
+			}
+		}
+	}
 }
 
 // writers put batches of fresh keys on client c1's segments until stopAt.
@@ -236,41 +264,12 @@ func TestBulkUnmountUnderLoad(t *testing.T) {
 		objects = 1200
 	)
 	underOneLeader(t, func(t *testing.T) bool {
-		e := testEtcd(t)
-		proxy := etcdProxy(t, e.Endpoints[0])
-		viaProxy := e
-		viaProxy.Endpoints = []string{"http://" + proxy.Listen}
-		c := newCluster(t, 3, 50*time.Millisecond, withEtcd(viaProxy), func(c *Config) {
-			c.ExportRenewals = false
-			c.ExportSoftEntries = soft
-		})
-		nd := c.nodes[c.leader()]
-		direct, err := etcdbridge.Open(e)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = direct.Close() })
+		_, nd, proxy, direct := proxiedCluster(t, 0, func(c *Config) { c.ExportSoftEntries = soft })
 		mountSegments(t, nd)
-		mustPropose(t, nd, &fsm.MountSegment{NowMs: time.Now().UnixMilli(), ClientID: "c2",
-			Segment: fsm.SegmentSpec{ID: "big", Name: "big", Base: 1 << 44, Size: 1 << 30}})
-		for i := 0; i < objects; i += 100 {
-			var starts, ends []fsm.Command
-			for j := i; j < i+100; j++ {
-				key, now := fmt.Sprintf("c2-%d", j), time.Now().UnixMilli()
-				starts = append(starts, &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{4096}, ReplicaNum: 1, PreferredSegment: "big", ClientID: "c2"})
-				ends = append(ends, &fsm.PutEnd{NowMs: now, Key: key, ClientID: "c2"})
-			}
-			for _, cmds := range [][]fsm.Command{starts, ends} {
-				rs, err := nd.ProposeBatch(ctx(t), cmds)
-				require.NoError(t, err)
-				for _, r := range rs {
-					require.NoError(t, r.Err)
-				}
-			}
-		}
+		fillSegment(t, nd, "c2", "big", objects)
 		waitExported(t, nd, direct, 10*time.Second)
 
-		_, err = proxy.Toxics.AddToxicJson(strings.NewReader(
-			`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":100}}`))
-		require.NoError(t, err)
+		slowEtcd(t, proxy)
 		w := startWriters(nd, 4, 32, time.Now().Add(6*time.Second))
 		time.Sleep(2 * time.Second) // the backlog is at the soft bound by now
 		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -313,19 +312,10 @@ func TestExpiryDeferredUnderLoad(t *testing.T) {
 		batch   = 32
 	)
 	underOneLeader(t, func(t *testing.T) bool {
-		e := testEtcd(t)
-		proxy := etcdProxy(t, e.Endpoints[0])
-		viaProxy := e
-		viaProxy.Endpoints = []string{"http://" + proxy.Listen}
-		c := newCluster(t, 3, 50*time.Millisecond, withEtcd(viaProxy), func(c *Config) {
-			c.ExportRenewals = false
+		c, nd, proxy, direct := proxiedCluster(t, 0, func(c *Config) {
 			c.ExportSoftEntries = soft
 			c.Params.ClientTTLMs = 2000
 		})
-		nd := c.nodes[c.leader()]
-		direct, err := etcdbridge.Open(e)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = direct.Close() })
 		stopPings := make(chan struct{})
 		pinged := make(chan struct{})
 		go func() { // c1 stays; c2 never pings and expires
@@ -345,26 +335,8 @@ func TestExpiryDeferredUnderLoad(t *testing.T) {
 		}()
 		defer func() { close(stopPings); <-pinged }()
 		mountSegments(t, nd)
-		mustPropose(t, nd, &fsm.MountSegment{NowMs: time.Now().UnixMilli(), ClientID: "c2",
-			Segment: fsm.SegmentSpec{ID: "big", Name: "big", Base: 1 << 44, Size: 1 << 30}})
-		for i := 0; i < objects; i += 500 {
-			var starts, ends []fsm.Command
-			for j := i; j < i+500; j++ {
-				key, now := fmt.Sprintf("c2-%d", j), time.Now().UnixMilli()
-				starts = append(starts, &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{4096}, ReplicaNum: 1, PreferredSegment: "big", ClientID: "c2"})
-				ends = append(ends, &fsm.PutEnd{NowMs: now, Key: key, ClientID: "c2"})
-			}
-			for _, cmds := range [][]fsm.Command{starts, ends} {
-				rs, err := nd.ProposeBatch(ctx(t), cmds)
-				require.NoError(t, err)
-				for _, r := range rs {
-					require.NoError(t, r.Err)
-				}
-			}
-		}
-		_, err = proxy.Toxics.AddToxicJson(strings.NewReader(
-			`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":100}}`))
-		require.NoError(t, err)
+		fillSegment(t, nd, "c2", "big", objects)
+		slowEtcd(t, proxy)
 
 		stopAt := time.Now().Add(7 * time.Second)
 		w := startWriters(nd, writers, batch, stopAt)

@@ -214,7 +214,7 @@ func TestPacerReleasesWaitersWhenEtcdFails(t *testing.T) {
 	require.Eventually(t, func() bool { return waiting(p) == 1 }, time.Second, time.Millisecond)
 	p.failed(errors.New("context deadline exceeded"))
 	assert.NoError(t, <-res)
-	assert.True(t, p.stats().EtcdDown)
+	assert.True(t, p.stats().EtcdDown())
 }
 
 func TestRateMeter(t *testing.T) {
@@ -244,6 +244,8 @@ func TestEntriesOf(t *testing.T) {
 		{&fsm.Remove{Key: "a"}, 1},
 		{&fsm.UpsertStart{PutStart: fsm.PutStart{Key: "a"}}, 2},
 		{&fsm.MountSegment{}, 0},
+		{&fsm.UnmountSegment{SegmentID: "s"}, 0}, // bulk: deferred past the direct count
+		{&fsm.RemoveAll{}, 0},
 		{&fsm.Batch{Cmds: []fsm.Command{put, put, &fsm.PutEnd{Key: "a"}}}, 2},
 	} {
 		assert.Equal(t, tc.want, entriesOf(tc.cmd), "%T", tc.cmd)

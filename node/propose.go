@@ -31,7 +31,7 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 		return fsm.Result{}, err
 	}
 	defer n.pendingWrites.Add(-1)
-	paced, err := n.pacer.admit(ctx, n.entriesOf(cmd))
+	paced, err := n.pacer.admit(ctx, entriesOf(cmd))
 	if err != nil {
 		return fsm.Result{}, err
 	}

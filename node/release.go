@@ -50,7 +50,7 @@ func (n *Node) releaseRemovals(ctx context.Context) error {
 			on = f.DeferringRemovals()
 			waiting, _, _ = f.DeferredRemovals()
 		})
-		if on && (waiting == 0 || n.pacer.stats().EtcdDown) {
+		if on && (waiting == 0 || n.pacer.stats().EtcdDown()) {
 			return nil // while etcd is down the queue, not the ring, holds them
 		}
 		chunk := uint64(min(waiting, bulkDirect))
