@@ -1,6 +1,7 @@
 // Package fsm is moonraft's replicated state: segments and their allocators,
-// objects, client sessions, the key sequence map and the export ring, with
-// Apply for every command of the log (docs/ARCHITECTURE.md).
+// objects, client sessions, the key sequence map, the export ring and the
+// bulk removals' deferred REMOVEs, with Apply for every command of the log
+// (docs/ARCHITECTURE.md).
 //
 // The state is a pure function of the command stream: no clock (time comes
 // in commands as NowMs and only moves forward), no randomness, no goroutines,

@@ -2,7 +2,7 @@
 // over raftstore's log stores and raftnet's transport, the state machine,
 // leadership and read leases, the propose and read paths that implement
 // the service contract, the leader loop (promotion, ticks) and the OpLog
-// export to etcd.
+// export to etcd, paced to the rate etcd takes it.
 package node
 
 import (
