@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -158,22 +159,31 @@ func (c *cluster) convergedWithin(d time.Duration) string {
 	c.t.Helper()
 	var digest string
 	require.Eventually(c.t, func() bool {
-		var index uint64
-		digest = ""
+		// Every node's state held still at once: with ticks applied every
+		// few ms, statuses taken one after another, each computing a
+		// digest, would rarely meet at one index.
+		var (
+			states []*fsm.FSM
+			index  uint64
+		)
 		for _, nd := range c.nodes {
 			if nd == nil {
 				continue
 			}
-			st := nd.Status()
-			if digest == "" {
-				index, digest = st.AppliedIndex, st.Digest
-				continue
-			}
-			if st.AppliedIndex != index {
+			nd.sm.mu.RLock()
+			defer nd.sm.mu.RUnlock()
+			if len(states) == 0 {
+				index = nd.sm.appliedIndex.Load()
+			} else if nd.sm.appliedIndex.Load() != index {
 				return false
 			}
-			require.Equal(c.t, digest, st.Digest, "equal applied index %d but different digests", index)
+			states = append(states, nd.sm.f)
 		}
+		first := states[0].Digest()
+		for _, f := range states[1:] {
+			require.Equal(c.t, first, f.Digest(), "equal applied index %d but different digests", index)
+		}
+		digest = hex.EncodeToString(first[:])
 		return true
 	}, d, 20*time.Millisecond, "nodes did not converge")
 	return digest
