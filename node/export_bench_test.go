@@ -53,7 +53,7 @@ func (s *lagSampler) quantile(q float64) time.Duration {
 //
 //	go test -run=^$ -bench=ExportLoad -benchtime=1x ./node/
 func BenchmarkExportLoad(b *testing.B) {
-	for _, rate := range []int{2500, 5000, 10_000} { // objects per second (one PUT_END entry each)
+	for _, rate := range []int{2500, 5000, 10_000, 40_000} { // objects per second (one PUT_END entry each)
 		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) { exportLoad(b, rate) })
 	}
 }

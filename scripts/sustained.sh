@@ -8,8 +8,10 @@
 # result, its failed calls, the leader changes and the backlog's peak.
 # BENCH_ARGS go to master_bench as they are: --segment_size=16777216 caps its
 # 512 segments at 8 GiB, about two million 4 KiB objects, so that a long run
-# evicts instead of outgrowing the machine's memory.
-#   DURATION=600 CLIENTS=4 OPERATION=BatchPut OUT=/tmp/sustained BENCH_ARGS= MOONCAKE_DIR=../shared/mooncake
+# evicts instead of outgrowing the machine's memory. NODE_ARGS go to every
+# node (--pprof, say: node i serves /debug/pprof/ at 127.0.0.1:1890i); BIN
+# is where moonraft, moonctl and moonbench are (another build's, to compare).
+#   DURATION=600 CLIENTS=4 OPERATION=BatchPut OUT=/tmp/sustained BENCH_ARGS= NODE_ARGS= BIN=./bin MOONCAKE_DIR=../shared/mooncake
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MC="${MOONCAKE_DIR:-../shared/mooncake}"
@@ -18,7 +20,8 @@ CLIENTS="${CLIENTS:-4}"
 OPERATION="${OPERATION:-BatchPut}"
 OUT="${OUT:-/tmp/sustained}"
 BENCH_ARGS="${BENCH_ARGS:-}"
-BIN=./bin
+NODE_ARGS="${NODE_ARGS:-}"
+BIN="${BIN:-./bin}"
 mkdir -p "$OUT"
 run=$(mktemp -d /tmp/sustained-run.XXXXXX)
 pids=()
@@ -37,8 +40,8 @@ peers="n0=127.0.0.1:18600,n1=127.0.0.1:18601,n2=127.0.0.1:18602"
 endpoints="127.0.0.1:18700,127.0.0.1:18701,127.0.0.1:18702"
 for i in 0 1 2; do
   "$BIN/moonraft" --id "n$i" --data-dir "$run/n$i" --raft-addr "127.0.0.1:1860$i" --grpc-addr "127.0.0.1:1870$i" \
-    --mooncake-addr "127.0.0.1:1880$i" --bootstrap --peers "$peers" --etcd-endpoints http://127.0.0.1:18579 \
-    >"$run/n$i.log" 2>&1 &
+    --mooncake-addr "127.0.0.1:1880$i" --http-addr "127.0.0.1:1890$i" --bootstrap --peers "$peers" \
+    --etcd-endpoints http://127.0.0.1:18579 $NODE_ARGS >"$run/n$i.log" 2>&1 &
   pids+=($!)
 done
 leader=""
