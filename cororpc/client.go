@@ -70,14 +70,23 @@ func (c *Client) fail(err error) {
 // ErrClosed is the error of calls on a client whose connection ended.
 var ErrClosed = errors.New("cororpc: connection closed")
 
+// NotSentError is a call's error when its request never left: the server
+// could not be dialled, or the connection was known broken before it. The
+// call did not run, so it may be sent again anywhere.
+type NotSentError struct{ Err error }
+
+func (e *NotSentError) Error() string { return e.Err.Error() }
+func (e *NotSentError) Unwrap() error { return e.Err }
+
 // Call sends a request for function id and waits for its answer, or for
-// ctx. An error means the outcome is unknown: the call may have run.
+// ctx. An error means the outcome is unknown (the call may have run),
+// unless it is a *NotSentError.
 func (c *Client) Call(ctx context.Context, id uint32, body []byte) (Response, error) {
 	ch := make(chan Response, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		return Response{}, c.err
+		return Response{}, &NotSentError{c.err}
 	}
 	c.seq++
 	seq := c.seq
@@ -133,7 +142,7 @@ type Pool struct {
 func (p *Pool) Call(ctx context.Context, addr string, id uint32, body []byte) (Response, error) {
 	c, err := p.client(ctx, addr)
 	if err != nil {
-		return Response{}, err
+		return Response{}, &NotSentError{err}
 	}
 	resp, err := c.Call(ctx, id, body)
 	if err != nil && c.broken() != nil {

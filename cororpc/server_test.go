@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -267,11 +268,18 @@ func TestClientAndPool(t *testing.T) {
 	_, err = p.Call(tctx, l.Addr().String(), 1, binary.LittleEndian.AppendUint32(nil, 1000))
 	tcancel()
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	_, notSent := errors.AsType[*NotSentError](err)
+	assert.False(t, notSent, "a call that timed out was sent: it may have run")
 
 	cancel()
 	require.NoError(t, <-done)
 	_, err = p.Call(context.Background(), l.Addr().String(), 1, binary.LittleEndian.AppendUint32(nil, 0))
 	assert.Error(t, err, "the server is gone")
+	// The broken connection is dropped: the next call dials, and is
+	// refused before anything is sent.
+	_, err = p.Call(context.Background(), l.Addr().String(), 1, binary.LittleEndian.AppendUint32(nil, 0))
+	_, notSent = errors.AsType[*NotSentError](err)
+	assert.True(t, notSent, "%v", err)
 }
 
 type forwardedEcho struct{}

@@ -2,6 +2,7 @@ package mooncakeapi
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -24,9 +25,15 @@ type Leadership interface {
 	AwaitLeader(ctx context.Context) error
 }
 
-// forwardTimeout bounds a forwarded call: a Mooncake client's own
-// RPC deadline is not on the wire.
-const forwardTimeout = 10 * time.Second
+const (
+	// forwardTimeout bounds a forwarded call, its retries on a new leader
+	// included: a Mooncake client's own RPC deadline is not on the wire.
+	forwardTimeout = 10 * time.Second
+	// A forward that failed looks for the next leader every leaderPoll,
+	// and is sent again after retryPause at the latest.
+	leaderPoll = 20 * time.Millisecond
+	retryPause = 200 * time.Millisecond
+)
 
 // Front serves the Mooncake protocol on a node: the promoted leader answers;
 // a follower forwards each call, frame for frame, to the leader's Mooncake
@@ -91,34 +98,61 @@ func (m *Front) Call(ctx context.Context, id uint32, body, dst []byte) ([]byte, 
 
 // forward sends the call to the promoted leader, waiting (bounded) for one
 // during an election; with none known, or this node the leader again, the
-// local handler answers.
+// local handler answers. A call that failed across a leader change is sent
+// again to the new leader, within forwardTimeout: any call whose request
+// never left (the old leader's connection gone, its address refused), and a
+// read or a Ping whatever happened to it. A write that may have run is not:
+// its client hears that the outcome is unknown.
 func (m *Front) forward(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string) {
-	addr := m.leaderAddr()
-	if addr == "" && !m.lead.IsLeader() {
-		// An election, or a leader not heard from for a moment: wait for
-		// one as a gRPC call does (bounded), then look again.
-		wctx, cancel := context.WithTimeout(ctx, forwardTimeout)
-		_ = m.lead.AwaitLeader(wctx)
-		cancel()
-		addr = m.leaderAddr()
-	}
-	if addr == "" {
-		return m.local.Call(ctx, id, body, dst)
-	}
 	fctx, cancel := context.WithTimeout(ctx, forwardTimeout)
 	defer cancel()
-	resp, err := m.fwd.Call(fctx, addr, id, body)
-	if err != nil {
-		// The leader may or may not have run it: coro_rpc's io error, which
-		// a Mooncake client reports as a failed RPC.
-		return dst, cororpc.ErrcIOError, "forwarding to the leader at " + addr + ": " + err.Error()
+	for {
+		addr := m.leaderAddr()
+		if addr == "" && !m.lead.IsLeader() {
+			// An election, or a leader not heard from for a moment: wait
+			// for one as a gRPC call does (bounded), then look again.
+			_ = m.lead.AwaitLeader(fctx)
+			addr = m.leaderAddr()
+		}
+		if addr == "" {
+			return m.local.Call(ctx, id, body, dst)
+		}
+		resp, err := m.fwd.Call(fctx, addr, id, body)
+		if err == nil {
+			if resp.Header.Errc != cororpc.ErrcOK {
+				var msg string
+				_ = structpack.Unmarshal(resp.Body, &msg)
+				return dst, resp.Header.Errc, msg
+			}
+			return append(dst, resp.Body...), cororpc.ErrcOK, ""
+		}
+		_, notSent := errors.AsType[*cororpc.NotSentError](err)
+		if !(notSent || Repeatable(id)) || !m.retryWait(fctx, addr) {
+			// A write the leader may have run, or no leader took the call
+			// in time: coro_rpc's io error, which a Mooncake client
+			// reports as a failed RPC.
+			return dst, cororpc.ErrcIOError, "forwarding to the leader at " + addr + ": " + err.Error()
+		}
 	}
-	if resp.Header.Errc != cororpc.ErrcOK {
-		var msg string
-		_ = structpack.Unmarshal(resp.Body, &msg)
-		return dst, resp.Header.Errc, msg
+}
+
+// retryWait waits before a forward is sent again: until the promoted leader
+// is no longer at addr (another node promoted, or this one), or for
+// retryPause if it still is there. It reports false once ctx has ended.
+func (m *Front) retryWait(ctx context.Context, addr string) bool {
+	t := time.NewTicker(leaderPoll)
+	defer t.Stop()
+	until := time.Now().Add(retryPause)
+	for {
+		if a := m.leaderAddr(); a != addr && (a != "" || m.lead.IsLeader()) || time.Now().After(until) {
+			return ctx.Err() == nil
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
 	}
-	return append(dst, resp.Body...), cororpc.ErrcOK, ""
 }
 
 // leaderAddr is where to forward: the promoted leader's Mooncake address

@@ -295,3 +295,32 @@ func TestDrainMooncakeWithoutANewLeader(t *testing.T) {
 	listenersOf(nd).DrainMooncake(dctx, 50*time.Millisecond)
 	assert.NoError(t, dctx.Err(), "the drain ended by itself, not at its bound")
 }
+
+// TestMooncakeForwardAcrossLeaderLoss: a client of a follower keeps
+// writing when the leader its calls were forwarded to stops. The follower
+// still names the old leader for a while; its forwards there are not sent
+// (the connection is gone), so they go again to the new leader once one is
+// promoted, writes as well as reads, within the forward's deadline.
+func TestMooncakeForwardAcrossLeaderLoss(t *testing.T) {
+	c := newCluster(t, 3, 100*time.Millisecond, withMooncake(t))
+	li := c.leader()
+	fi := (li + 1) % 3
+	f := dialMooncake(t, c.cfgs[fi].MooncakeAddr)
+	client := mountAndPut(t, f, "before")
+
+	c.stop(li)
+	time.Sleep(100 * time.Millisecond) // the follower's forwarding connection sees the close
+	require.Equal(t, c.cfgs[li].MooncakeAddr, c.nodes[fi].LeaderMooncakeAddr(), "the follower still names the old leader")
+
+	start := time.Now()
+	put := mcCall[structpack.Expected[[]mc.ReplicaDescriptor]](f, "PutStart", mc.PutStartArgs{ClientID: client, Key: "after", SliceLength: 1, Config: mc.ReplicateConfig{ReplicaNum: 1}})
+	require.Zero(t, put.Err, "the PutStart went to the new leader")
+	require.Zero(t, mcCall[structpack.Expected[mc.Void]](f, "PutEnd", mc.PutEndArgs{ClientID: client, Meta: mc.ObjectMeta{Key: "after"}}).Err)
+	t.Logf("the put through the follower was answered %v after the leader stopped", time.Since(start).Round(time.Millisecond))
+	ping := mcCall[structpack.Expected[mc.PingResponse]](f, "Ping", client)
+	assert.Zero(t, ping.Err)
+	for _, k := range []string{"before", "after"} {
+		got := mcCall[structpack.Expected[mc.GetReplicaListResponse]](f, "GetReplicaList", mc.KeyArgs{Key: k})
+		assert.Zero(t, got.Err, k)
+	}
+}
