@@ -28,7 +28,10 @@ type Leadership interface {
 const (
 	// forwardTimeout bounds a forwarded call, its retries on a new leader
 	// included: a Mooncake client's own RPC deadline is not on the wire.
-	forwardTimeout = 10 * time.Second
+	// The leader holds a write without a deadline at most 10 s while etcd
+	// catches up (node's undeadlinedPaceWait); 2 s more lets its answer,
+	// TOO_MANY_REQUESTS or done, come back rather than a timeout.
+	forwardTimeout = 12 * time.Second
 	// A forward that failed looks for the next leader every leaderPoll,
 	// and is sent again after retryPause at the latest.
 	leaderPoll = 20 * time.Millisecond

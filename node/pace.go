@@ -60,7 +60,8 @@ const (
 	// undeadlinedPaceWait bounds the wait of a write without a deadline:
 	// a Mooncake client's RPC timeout is not on the wire. Its coro_rpc
 	// client waits 30 s by default; a follower forwarding the call gives
-	// it 10 s (mooncakeapi's forwardTimeout), and so does this.
+	// it 12 s (mooncakeapi's forwardTimeout), time for this wait and the
+	// answer.
 	undeadlinedPaceWait = 10 * time.Second
 	// paceMargin is kept from a write's deadline for its own trip through
 	// the log once admitted.
