@@ -793,29 +793,3 @@ func TestRebootstrapRefused(t *testing.T) {
 	c.converged()
 	assert.Equal(t, 1, int(c.nodes[f].Status().Objects))
 }
-
-// TestUnmountsKeepTheClient: a client that stopped pinging and unmounts
-// its segments one after another, for longer than its TTL, keeps its
-// session until its last unmount, as Mooncake's clients do when they
-// leave; a client that stops pinging and does nothing is expired.
-func TestUnmountsKeepTheClient(t *testing.T) {
-	const ttl = 1000 // ms
-	c := newCluster(t, 3, 50*time.Millisecond, func(cfg *Config) { cfg.Params.ClientTTLMs = ttl })
-	nd := c.nodes[c.leader()]
-	for _, client := range []string{"leaving", "silent"} {
-		for i := range 6 {
-			mustPropose(t, nd, &fsm.MountSegment{NowMs: time.Now().UnixMilli(), ClientID: client,
-				Segment: fsm.SegmentSpec{ID: fmt.Sprintf("%s-%d", client, i), Name: fmt.Sprintf("%s-%d", client, i), Base: uint64(i) << 40, Size: 1 << 30}})
-		}
-	}
-	start := time.Now()
-	for i := range 6 {
-		time.Sleep(ttl / 2 * time.Millisecond)
-		r, err := nd.Propose(ctx(t), &fsm.UnmountSegment{NowMs: time.Now().UnixMilli(), ClientID: "leaving", SegmentID: fmt.Sprintf("leaving-%d", i)})
-		require.NoError(t, err)
-		require.NoError(t, r.Err, "unmount %d, %v after its last mount", i, time.Since(start).Round(time.Millisecond))
-	}
-	var silent error
-	nd.sm.read(func(f *fsm.FSM) { _, silent = f.SegmentStatus("silent-0", false) })
-	assert.Equal(t, errcode.SegmentNotFound, errcode.Of(silent), "the silent client expired and its segments went")
-}

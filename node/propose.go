@@ -40,10 +40,7 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	switch c := cmd.(type) {
 	case *fsm.Remove, *fsm.UpsertStart:
 		release = n.gateKeys([]fsm.Command{c})
-	case *fsm.UnmountSegment:
-		n.unmountedBy(c.ClientID)
 	case *fsm.GracefulUnmount:
-		n.unmountedBy(c.ClientID)
 		if bound := n.cfg.GracefulUnmountMax.Milliseconds(); c.GraceMs == 0 || c.GraceMs > bound {
 			c.GraceMs = bound
 		}
@@ -324,14 +321,4 @@ func (n *Node) Ping(ctx context.Context, clientID string) (needRemount bool, err
 		return nil
 	})
 	return needRemount, err
-}
-
-// unmountedBy counts a client's unmount as its ping. Mooncake's clients
-// stop pinging before they unmount their segments one after another, and
-// at a Raft commit each, under load, a client with a hundred segments can
-// outlast its TTL half way: expired, its segments would go and its next
-// unmounts fail. Mooncake's master only counts pings; a client that
-// unmounts is alive all the same.
-func (n *Node) unmountedBy(clientID string) {
-	n.batcher.Ping(clientID, n.now())
 }
