@@ -100,7 +100,9 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		func() float64 { return float64(n.pendingWrites.Load()) })
 	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs, m.writesRefused, pending, n.disk.errs, n.disk.appendDur,
 		&stateCollector{n: n},
-		collectors.NewGoCollector(),
+		// The scheduler's latencies and the GC's pauses: what a node
+		// starved of CPU shows (RELIABILITY finding 10).
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler, collectors.MetricsGC)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if s := raftMetricsSink(); s != nil {
 		m.reg.MustRegister(s)

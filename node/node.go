@@ -339,6 +339,7 @@ func (n *Node) startRaft(ctx context.Context) error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.raft = r
+	n.trans.FastHeartbeats(func(term uint64) bool { return r.State() == raft.Follower && r.CurrentTerm() == term })
 	return nil
 }
 

@@ -1,11 +1,12 @@
 // Package raftnet is the Raft network of a node: stream layers over TCP
 // and mutual TLS for hashicorp/raft's NetworkTransport, and the guarded
-// transport that closes two of hashicorp/raft's hazards (heartbeats beside
-// the main loop, and the pipeline deadlock).
+// transport that closes two of hashicorp/raft's hazards (heartbeats that
+// change a term beside the main loop, and the pipeline deadlock).
 package raftnet
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -13,15 +14,19 @@ import (
 // Transport is Raft's network transport with two of hashicorp/raft's
 // hazards closed.
 //
-// Heartbeats go through Raft's main loop. The transport's heartbeat fast
-// path runs raft's appendEntries on the connection's goroutine, and a
-// heartbeat of a newer term there makes the node a follower and raises its
-// term beside a main loop that may still be leading (hashicorp/raft#695,
-// unfixed in v1.8.0): a deposed leader then stamps the entries it is
-// dispatching with the new leader's term, a follower takes them for the
-// new leader's own and keeps them, and the states part
-// (docs/RELIABILITY.md, finding 18). Without a handler every heartbeat is
-// an RPC like any other, taken up by the main loop between its other work.
+// Heartbeats that could change anything go through Raft's main loop. The
+// transport's heartbeat fast path runs raft's appendEntries on the
+// connection's goroutine, and a heartbeat of a newer term there makes the
+// node a follower and raises its term beside a main loop that may still be
+// leading (hashicorp/raft#695, unfixed in v1.8.0): a deposed leader then
+// stamps the entries it is dispatching with the new leader's term, a
+// follower takes them for the new leader's own and keeps them, and the
+// states part (docs/RELIABILITY.md, finding 18). So only a heartbeat that
+// FastHeartbeats' test passes — one of the current term, to a follower —
+// takes the fast path: it changes nothing but when the follower last heard
+// from its leader, and is answered at once instead of after the log write
+// the main loop is in (finding 10). Every other heartbeat is an RPC like
+// any other, taken up by the main loop between its other work.
 //
 // Append pipelines are guarded against hashicorp/raft's pipeline deadlock
 // (hashicorp/raft#612, finding 16). When a follower rejects an append (its
@@ -34,17 +39,89 @@ import (
 // until the leader changes. The guard reads every response and, once one
 // has failed, refuses further sends, so raft closes the pipeline and goes
 // back to its ordinary replication, which probes and backs off.
-type Transport struct{ *raft.NetworkTransport }
+type Transport struct {
+	*raft.NetworkTransport
+	rpcs    chan raft.RPC // what raft's main loop reads
+	done    chan struct{} // closed by Close
+	relayed chan struct{} // closed when relay returns
+	once    sync.Once
+
+	handler atomic.Pointer[func(raft.RPC)]         // raft's heartbeat handler
+	fast    atomic.Pointer[func(term uint64) bool] // FastHeartbeats' test
+}
 
 // NewTransport is raft.NewNetworkTransportWithConfig, guarded.
 func NewTransport(cfg *raft.NetworkTransportConfig) *Transport {
-	return &Transport{raft.NewNetworkTransportWithConfig(cfg)}
+	return guard(raft.NewNetworkTransportWithConfig(cfg))
 }
 
-// SetHeartbeatHandler installs no handler: see Transport.
-func (Transport) SetHeartbeatHandler(func(raft.RPC)) {}
+func guard(nt *raft.NetworkTransport) *Transport {
+	t := &Transport{NetworkTransport: nt, rpcs: make(chan raft.RPC), done: make(chan struct{}), relayed: make(chan struct{})}
+	nt.SetHeartbeatHandler(t.heartbeat)
+	go t.relay()
+	return t
+}
 
-func (t Transport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+// relay hands raft's main loop every RPC the transport reads; heartbeat
+// adds those it keeps off the fast path. It ends with Close.
+func (t *Transport) relay() {
+	defer close(t.relayed)
+	in := t.NetworkTransport.Consumer()
+	for {
+		select {
+		case rpc := <-in:
+			select {
+			case t.rpcs <- rpc:
+			case <-t.done:
+				return
+			}
+		case <-t.done:
+			return
+		}
+	}
+}
+
+// Consumer is what raft's main loop reads: every RPC but the heartbeats
+// answered on the fast path.
+func (t *Transport) Consumer() <-chan raft.RPC { return t.rpcs }
+
+// SetHeartbeatHandler keeps raft's fast-path handler for the heartbeats
+// FastHeartbeats lets through.
+func (t *Transport) SetHeartbeatHandler(fn func(raft.RPC)) { t.handler.Store(&fn) }
+
+// FastHeartbeats lets a heartbeat of term take the fast path when
+// current(term) says the node is a follower in that term. Until it is
+// called every heartbeat goes to the main loop.
+func (t *Transport) FastHeartbeats(current func(term uint64) bool) { t.fast.Store(&current) }
+
+func (t *Transport) heartbeat(rpc raft.RPC) {
+	// A node the test passed can have moved on before raft looks: to a
+	// newer term, where raft ignores the heartbeat as older, or to a
+	// pre-vote in the same term, which a heartbeat of its leader ends as
+	// raft's own fast path would. It cannot lead in the heartbeat's term,
+	// which has its leader (finding 18 needs a leading main loop).
+	if h, fast := t.handler.Load(), t.fast.Load(); h != nil && fast != nil {
+		if req, ok := rpc.Command.(*raft.AppendEntriesRequest); ok && (*fast)(req.Term) {
+			(*h)(rpc)
+			return
+		}
+	}
+	select {
+	case t.rpcs <- rpc:
+	case <-t.done:
+		rpc.Respond(nil, raft.ErrTransportShutdown)
+	}
+}
+
+// Close closes the transport and ends its relay.
+func (t *Transport) Close() error {
+	t.once.Do(func() { close(t.done) })
+	err := t.NetworkTransport.Close()
+	<-t.relayed
+	return err
+}
+
+func (t *Transport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
 	p, err := t.NetworkTransport.AppendEntriesPipeline(id, target)
 	if err != nil {
 		return nil, err

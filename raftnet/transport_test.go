@@ -35,7 +35,9 @@ func TestPipelineAfterARefusedAppend(t *testing.T) {
 	require.NoError(t, err)
 	defer leader.Close()
 
-	p, err := Transport{leader}.AppendEntriesPipeline("f", follower.LocalAddr())
+	guarded := guard(leader)
+	defer guarded.Close()
+	p, err := guarded.AppendEntriesPipeline("f", follower.LocalAddr())
 	require.NoError(t, err)
 	send := func() error {
 		_, err := p.AppendEntries(&raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax}, Term: 1,
@@ -69,12 +71,14 @@ func TestPipelineAfterARefusedAppend(t *testing.T) {
 	require.NoError(t, p.Close())
 }
 
-// TestHeartbeatsReachTheMainLoop sends a heartbeat of a newer term — what a
-// new leader sends a deposed one — through the transport. The unguarded
-// transport hands it to the heartbeat handler raft installs, which runs
-// appendEntries on the connection's goroutine, beside raft's main loop
-// (finding 18); guarded, no handler is installed and the heartbeat arrives
-// where every other RPC does, on the channel raft's main loop reads.
+// TestHeartbeatsReachTheMainLoop sends a heartbeat of term 5 through the
+// transport. The unguarded transport hands any heartbeat to the handler
+// raft installs, which runs appendEntries on the connection's goroutine,
+// beside raft's main loop: one of a newer term — what a new leader sends
+// a deposed one — then changes the term there (finding 18). Guarded, the
+// heartbeat arrives where every other RPC does, on the channel raft's main
+// loop reads, unless the node is a follower in term 5 already: then it is
+// answered on the fast path, changing nothing but the time of contact.
 func TestHeartbeatsReachTheMainLoop(t *testing.T) {
 	heartbeat := func(t *testing.T, to raft.Transport, via *raft.NetworkTransport) (fastPath bool) {
 		t.Helper()
@@ -109,7 +113,17 @@ func TestHeartbeatsReachTheMainLoop(t *testing.T) {
 		t.Cleanup(func() { _ = tr.Close() })
 		return tr
 	}
+	guarded := func(t *testing.T, followerIn uint64) *Transport {
+		g := guard(newTransport(t))
+		t.Cleanup(func() { _ = g.Close() })
+		if followerIn > 0 {
+			g.FastHeartbeats(func(term uint64) bool { return term == followerIn })
+		}
+		return g
+	}
 	leader := newTransport(t)
 	require.True(t, heartbeat(t, newTransport(t), leader), "unguarded, the transport takes the fast path (else this test proves nothing)")
-	require.False(t, heartbeat(t, Transport{newTransport(t)}, leader), "guarded, the heartbeat must reach the main loop")
+	require.False(t, heartbeat(t, guarded(t, 0), leader), "guarded, before the node says its term, the heartbeat must reach the main loop")
+	require.False(t, heartbeat(t, guarded(t, 4), leader), "a heartbeat of a newer term must reach the main loop")
+	require.True(t, heartbeat(t, guarded(t, 5), leader), "a heartbeat of a follower's own term is answered on the fast path")
 }
