@@ -8,7 +8,7 @@
 # removed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=./bin
+BIN="${BIN:-./bin}" # another build's, to compare
 KILLS=${KILLS:-10}
 DIR=$(mktemp -d /tmp/moonraft-failover-XXXXXX)
 PEERS="n0=127.0.0.1:7520,n1=127.0.0.1:7521,n2=127.0.0.1:7522"
