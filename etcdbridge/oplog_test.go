@@ -275,12 +275,7 @@ func BenchmarkWriteOpLogBatch(b *testing.B) {
 	n := s.MaxBatch()
 	prev := uint64(0)
 	for b.Loop() {
-		es := make([]oplog.Entry, n)
-		for i := range es {
-			seq := prev + 1 + uint64(i)
-			es[i] = oplog.NewEntry(seq, 1_700_000_000_000, oplog.OpPutEnd, "140213547710016_"+strconv.FormatUint(seq, 10), payload, 1, oplog.SourceNone)
-		}
-		if err := s.WriteOpLogBatch(ctx, prev, es, nil); err != nil {
+		if err := s.WriteOpLogBatch(ctx, prev, putEnds(prev, n, payload), nil); err != nil {
 			b.Fatal(err)
 		}
 		prev += uint64(n)
@@ -308,11 +303,7 @@ func BenchmarkWriteOpLogPipelined(b *testing.B) {
 			var retries atomic.Int64
 			prev := uint64(0)
 			for b.Loop() {
-				es := make([]oplog.Entry, n)
-				for i := range es {
-					seq := prev + 1 + uint64(i)
-					es[i] = oplog.NewEntry(seq, 1_700_000_000_000, oplog.OpPutEnd, "140213547710016_"+strconv.FormatUint(seq, 10), payload, 1, oplog.SourceNone)
-				}
+				es := putEnds(prev, n, payload)
 				slots <- struct{}{}
 				wg.Add(1)
 				go func(prev uint64) {
@@ -336,4 +327,14 @@ func BenchmarkWriteOpLogPipelined(b *testing.B) {
 			b.ReportMetric(float64(retries.Load())/float64(b.N), "retries/txn")
 		})
 	}
+}
+
+// putEnds is n PUT_END entries after prev, carrying payload.
+func putEnds(prev uint64, n int, payload string) []oplog.Entry {
+	es := make([]oplog.Entry, n)
+	for i := range es {
+		seq := prev + 1 + uint64(i)
+		es[i] = oplog.NewEntry(seq, 1_700_000_000_000, oplog.OpPutEnd, "140213547710016_"+strconv.FormatUint(seq, 10), payload, 1, oplog.SourceNone)
+	}
+	return es
 }
