@@ -3,6 +3,7 @@ package mooncakeapi
 import (
 	"context"
 
+	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/structpack"
 )
@@ -40,7 +41,14 @@ func (h *Handler) register() {
 		return done(b.Propose(ctx, &fsm.RemountSegments{NowMs: b.Now(), ClientID: idOf(a.ClientID), Segments: segs}))
 	})
 	serve(h, "UnmountSegment", func(ctx context.Context, a UnmountArgs) Expected[Void] {
-		return done(b.Propose(ctx, &fsm.UnmountSegment{NowMs: b.Now(), ClientID: idOf(a.ClientID), SegmentID: idOf(a.SegmentID)}))
+		r := done(b.Propose(ctx, &fsm.UnmountSegment{NowMs: b.Now(), ClientID: idOf(a.ClientID), SegmentID: idOf(a.SegmentID)}))
+		if r.Err == structpack.ErrorCode(errcode.SegmentNotFound) {
+			// Mooncake's rule (master_service.cpp): unmounting is idempotent, so
+			// a client whose session expired before its unmount arrived is
+			// told its segment is gone, as it asked.
+			return Expected[Void]{}
+		}
+		return r
 	})
 	serve(h, "GracefulUnmountSegment", func(ctx context.Context, a GracefulUnmountArgs) Expected[Void] {
 		return done(b.Propose(ctx, &fsm.GracefulUnmount{NowMs: b.Now(), ClientID: idOf(a.ClientID), SegmentID: idOf(a.SegmentID), GraceMs: int64(min(a.GracePeriodMs, 1<<62))}))

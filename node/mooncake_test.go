@@ -171,6 +171,8 @@ func TestMooncakeProtocol(t *testing.T) {
 	assert.Equal(t, []structpack.Expected[mc.Void]{{}, {}}, removed)
 	assert.Equal(t, structpack.OK(false), mcCall[structpack.Expected[bool]](m, "ExistKey", mc.KeyArgs{Key: "k", TenantID: "default"}))
 	assert.Zero(t, mcCall[structpack.Expected[mc.Void]](m, "UnmountSegment", mc.UnmountArgs{SegmentID: seg.ID, ClientID: client}).Err)
+	assert.Zero(t, mcCall[structpack.Expected[mc.Void]](m, "UnmountSegment", mc.UnmountArgs{SegmentID: seg.ID, ClientID: client}).Err,
+		"unmounting a segment that is gone succeeds, as Mooncake's master answers")
 
 	unknown := m.raw(0x12345678, nil)
 	assert.Equal(t, cororpc.ErrcFunctionNotRegistered, unknown.Header.Errc, "a function this release does not have")
