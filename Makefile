@@ -14,7 +14,7 @@ FUZZ_TARGETS := \
 	./cororpc:FuzzReadRequest \
 	./structpack:FuzzUnmarshal
 
-.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen soak overload mooncake-golden mooncake-bench mooncake-failover sustained
+.PHONY: all build run failover test unit fuzz lint bench cover clean proto jepsen soak overload mooncake-golden mooncake-bench mooncake-failover sustained scale
 
 all: build
 
@@ -51,6 +51,20 @@ mooncake-bench: build
 # plotted beside it (docs/BENCHMARKS.md).
 sustained: build
 	./scripts/sustained.sh
+
+# Production size (issue 41): three nodes filled to each of SCALE_SIZES
+# objects with SCALE_CLIENTS clients pinging; memory, snapshots, idle
+# traffic, failover, restart and join at each size, then mooncake_master's
+# RSS at the same counts (docs/BENCHMARKS.md). SCALE_OUT keeps the JSON,
+# the plot and the tables.
+SCALE_SIZES ?= 1000000,3000000
+SCALE_CLIENTS ?= 10000
+SCALE_OUT ?= /tmp/scale
+scale: build
+	mkdir -p $(SCALE_OUT)
+	./bin/moonbench --local --scale $(SCALE_SIZES) --scale-clients $(SCALE_CLIENTS) --json $(SCALE_OUT)/scale.json --plot $(SCALE_OUT)/scale.svg >$(SCALE_OUT)/scale.txt
+	SIZES=$(SCALE_SIZES) ./scripts/mooncake-rss.sh >>$(SCALE_OUT)/scale.txt
+	cat $(SCALE_OUT)/scale.txt
 
 # The same Mooncake HA client loop while the serving master is killed:
 # Mooncake's own HA pair against moonraft (docs/BENCHMARKS.md).

@@ -29,6 +29,12 @@ type diskHealth struct {
 	// commit waits for the slowest of a quorum's log writes, and a follower
 	// applies an entry only after its next log write.
 	appendDur prometheus.Histogram
+	// What the log and the snapshots cost the disk: a scale run reads
+	// them for the Raft traffic of idle clients and the price of a
+	// snapshot at size (issue 41).
+	appendedBytes, appendedEntries prometheus.Counter
+	snapshotDur                    prometheus.Histogram
+	snapshotBytes, snapshotLast    prometheus.Gauge
 }
 
 func newDiskHealth() *diskHealth {
@@ -40,7 +46,23 @@ func newDiskHealth() *diskHealth {
 		appendDur: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "raft_log_append_seconds",
 			Help:    "Time to write one batch of Raft log entries to this node's log store, fsync included.",
 			Buckets: latencyBuckets}),
+		appendedBytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "raft_log_appended_bytes_total",
+			Help: "Bytes of Raft log entry data written to this node's log store."}),
+		appendedEntries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "raft_log_appended_entries_total",
+			Help: "Raft log entries written to this node's log store."}),
+		snapshotDur: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "snapshot_write_seconds",
+			Help:    "Time to write one Raft snapshot (taken here, or installed from the leader) to the snapshot store, fsync included.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+		snapshotBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "snapshot_size_bytes",
+			Help: "Size of the last Raft snapshot written to the snapshot store."}),
+		snapshotLast: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "snapshot_last_written_timestamp_seconds",
+			Help: "When the last Raft snapshot was written (Unix time)."}),
 	}
+}
+
+// collectors are the metrics diskHealth keeps, for the node's registry.
+func (d *diskHealth) collectors() []prometheus.Collector {
+	return []prometheus.Collector{d.errs, d.appendDur, d.appendedBytes, d.appendedEntries, d.snapshotDur, d.snapshotBytes, d.snapshotLast}
 }
 
 func (d *diskHealth) observe(op string, err error) {
@@ -100,6 +122,14 @@ func (w *watchedLog) StoreLogs(logs []*raft.Log) error {
 	w.since.Store(0)
 	w.h.appendDur.Observe(time.Since(start).Seconds())
 	w.h.observe(diskLogAppend, err)
+	if err == nil {
+		var bytes int
+		for _, l := range logs {
+			bytes += len(l.Data)
+		}
+		w.h.appendedBytes.Add(float64(bytes))
+		w.h.appendedEntries.Add(float64(len(logs)))
+	}
 	return err
 }
 
@@ -124,17 +154,21 @@ func (w *watchedSnapshots) Create(version raft.SnapshotVersion, index, term uint
 		w.h.observe(diskSnapshot, err)
 		return nil, err
 	}
-	return &watchedSink{SnapshotSink: sink, h: w.h}, nil
+	return &watchedSink{SnapshotSink: sink, h: w.h, start: time.Now()}, nil
 }
 
 type watchedSink struct {
 	raft.SnapshotSink
 	h      *diskHealth
 	failed bool
+	start  time.Time
+	bytes  int
+	closed bool
 }
 
 func (w *watchedSink) Write(p []byte) (int, error) {
 	n, err := w.SnapshotSink.Write(p)
+	w.bytes += n
 	if err != nil {
 		w.failed = true
 		w.h.observe(diskSnapshot, err)
@@ -146,6 +180,15 @@ func (w *watchedSink) Close() error {
 	err := w.SnapshotSink.Close()
 	if err != nil || !w.failed {
 		w.h.observe(diskSnapshot, err)
+	}
+	// hashicorp/raft closes the sink again after Persist has: one
+	// snapshot, counted once.
+	if err == nil && !w.failed && !w.closed {
+		w.closed = true
+		now := time.Now()
+		w.h.snapshotDur.Observe(now.Sub(w.start).Seconds())
+		w.h.snapshotBytes.Set(float64(w.bytes))
+		w.h.snapshotLast.Set(float64(now.UnixNano()) / 1e9)
 	}
 	return err
 }

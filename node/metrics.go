@@ -98,12 +98,13 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "pending_writes",
 		Help: "Client writes sent to the log and not yet applied on this node (bounded by --max-pending-writes)."},
 		func() float64 { return float64(n.pendingWrites.Load()) })
-	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs, m.writesRefused, pending, n.disk.errs, n.disk.appendDur,
+	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs, m.writesRefused, pending,
 		&stateCollector{n: n},
 		// The scheduler's latencies and the GC's pauses: what a node
 		// starved of CPU shows (RELIABILITY finding 10).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler, collectors.MetricsGC)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(n.disk.collectors()...)
 	if s := raftMetricsSink(); s != nil {
 		m.reg.MustRegister(s)
 	}

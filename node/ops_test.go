@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -253,6 +254,17 @@ func TestMetrics(t *testing.T) {
 	appends := regexp.MustCompile(`(?m)^moonraft_raft_log_append_seconds_count (\d+)$`).FindStringSubmatch(body)
 	require.NotNil(t, appends, "the log append histogram")
 	assert.NotEqual(t, "0", appends[1], "every log write is timed")
+	for _, name := range []string{"moonraft_raft_log_appended_bytes_total", "moonraft_raft_log_appended_entries_total"} {
+		assert.Positive(t, metricValue(t, body, name), "%s counts what the log was written", name)
+	}
+
+	// A snapshot's size, time and moment.
+	snapshots := metricValue(t, body, "moonraft_snapshot_write_seconds_count")
+	require.NoError(t, c.nodes[l].raft.Snapshot().Error())
+	_, body = httpGet(t, "http://"+c.cfgs[l].HTTPAddr+"/metrics")
+	assert.Equal(t, snapshots+1, metricValue(t, body, "moonraft_snapshot_write_seconds_count"))
+	assert.Positive(t, metricValue(t, body, "moonraft_snapshot_size_bytes"))
+	assert.InDelta(t, float64(time.Now().Unix()), metricValue(t, body, "moonraft_snapshot_last_written_timestamp_seconds"), 60)
 
 	// A follower reports its lag and contact with the leader.
 	f := (l + 1) % 3
@@ -283,4 +295,14 @@ func TestEvictionMetric(t *testing.T) {
 	r := mustPropose(t, nd, &fsm.Tick{NowMs: time.Now().UnixMilli() + 6_000, Evict: true})
 	require.NotZero(t, r.Evicted)
 	assert.Equal(t, r.Evicted, nd.sm.evicted.Load())
+}
+
+// metricValue is the value of the unlabelled sample name in a /metrics body.
+func metricValue(t *testing.T, body, name string) float64 {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(body)
+	require.NotNil(t, m, "no %s in /metrics", name)
+	v, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	return v
 }

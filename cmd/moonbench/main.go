@@ -21,28 +21,30 @@ import (
 )
 
 type config struct {
-	endpoints   []string
-	local       bool
-	moonraftBin string
-	benchBin    string // this binary: the baseline's processes run it
-	workloads   []string
-	batch       int
-	clients     []int
-	duration    time.Duration
-	warmup      time.Duration
-	ops         int
-	repeat      int
-	keys        int
-	failover    int
-	baselines   []string
-	readModes   []string
-	logStores   []string
-	jsonOut     string
-	plotOut     string
-	verbose     bool
-	profileDir  string
-	fromJSON    string
-	watchFor    time.Duration
+	endpoints    []string
+	local        bool
+	moonraftBin  string
+	benchBin     string // this binary: the baseline's processes run it
+	workloads    []string
+	batch        int
+	clients      []int
+	duration     time.Duration
+	warmup       time.Duration
+	ops          int
+	repeat       int
+	keys         int
+	failover     int
+	baselines    []string
+	readModes    []string
+	logStores    []string
+	jsonOut      string
+	plotOut      string
+	verbose      bool
+	profileDir   string
+	fromJSON     string
+	watchFor     time.Duration
+	scale        []int // object counts to fill to, in turn
+	scaleClients int
 }
 
 func main() {
@@ -96,7 +98,9 @@ func parse(args []string) (config, error) {
 	fs.BoolVar(&c.verbose, "v", false, "show the systems' logs")
 	fs.StringVar(&c.fromJSON, "from-json", "", "print the table (and --plot) of a saved --json file instead of running")
 	fs.DurationVar(&c.watchFor, "watch", 0, "with --endpoints: sample the leader's OpLog export every second for this long, beside a load run elsewhere (the backlog, etcd's rate, paced writes; --json and --plot save them)")
-	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of every node for every measured step into this directory")
+	scale := fs.String("scale", "", "with --local: fill the cluster to each of these object counts in turn (comma-separated, ascending) and measure memory, snapshots, idle clients, a failover, a restart and a join at each")
+	fs.IntVar(&c.scaleClients, "scale-clients", 1000, "with --scale: clients mounted (one segment each) and pinging every second")
+	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of every node for every measured step into this directory (with --scale: a heap profile of every node at every size)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -132,6 +136,13 @@ func parse(args []string) (config, error) {
 		}
 		c.clients = append(c.clients, n)
 	}
+	for _, s := range listflag.Split(*scale) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || (len(c.scale) > 0 && n <= c.scale[len(c.scale)-1]) {
+			return c, fmt.Errorf("--scale: %q is not a positive count above the one before", s)
+		}
+		c.scale = append(c.scale, n)
+	}
 	switch {
 	case c.fromJSON != "":
 		return c, nil
@@ -147,6 +158,10 @@ func parse(args []string) (config, error) {
 		return c, fmt.Errorf("--read-mode needs --local (it is the nodes' flag)")
 	case len(c.logStores) > 0 && !c.local:
 		return c, fmt.Errorf("--raft-log-store needs --local (it is the nodes' flag)")
+	case len(c.scale) > 0 && !c.local:
+		return c, fmt.Errorf("--scale needs --local (it starts, kills and adds nodes)")
+	case len(c.scale) > 0 && c.scaleClients < scaleWriters:
+		return c, fmt.Errorf("--scale-clients must be at least %d", scaleWriters)
 	case c.profileDir != "" && !c.local:
 		return c, fmt.Errorf("--profile needs --local")
 	case c.failover > 0 && !c.local:
@@ -207,6 +222,9 @@ func run(args []string) error {
 	defer stop()
 	if cfg.watchFor > 0 {
 		return watch(ctx, cfg, cfg.watchFor, os.Stdout)
+	}
+	if len(cfg.scale) > 0 {
+		return runScale(ctx, cfg, strings.Join(args, " "))
 	}
 	rep := &report{Machine: machine(), Date: time.Now().UTC().Format(time.RFC3339), Args: strings.Join(args, " ")}
 

@@ -56,6 +56,11 @@ func TestParse(t *testing.T) {
 		{[]string{"--local", "--raft-log-store", "boltdb,wal"}, ""},
 		{[]string{"--local", "--raft-log-store", "rocksdb"}, "neither wal nor boltdb"},
 		{[]string{"--endpoints", "a:1", "--raft-log-store", "wal"}, "--raft-log-store needs --local"},
+		{[]string{"--local", "--scale", "1000,5000", "--scale-clients", "100"}, ""},
+		{[]string{"--local", "--scale", "5000,1000"}, `"1000" is not a positive count above the one before`},
+		{[]string{"--local", "--scale", "0"}, `"0" is not a positive count`},
+		{[]string{"--endpoints", "a:1", "--scale", "1000"}, "--scale needs --local"},
+		{[]string{"--local", "--scale", "1000", "--scale-clients", "2"}, "--scale-clients must be at least 8"},
 	}
 	for _, tt := range tests {
 		_, err := parse(tt.args)

@@ -330,7 +330,12 @@ func profileSelf(ctx context.Context, d time.Duration, path string) error {
 }
 
 func profileNode(ctx context.Context, p *localcluster.Node, d time.Duration, path string) error {
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.HTTPAddr, int(d.Seconds()))
+	return savePprof(ctx, p, fmt.Sprintf("profile?seconds=%d", int(d.Seconds())), path)
+}
+
+// savePprof saves p's /debug/pprof/<which> into path.
+func savePprof(ctx context.Context, p *localcluster.Node, which, path string) error {
+	url := fmt.Sprintf("http://%s/debug/pprof/%s", p.HTTPAddr, which)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

@@ -1,0 +1,700 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/moonraft/moonraft/client"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/internal/child"
+	"github.com/moonraft/moonraft/internal/freeport"
+	"github.com/moonraft/moonraft/internal/localcluster"
+	"github.com/moonraft/moonraft/internal/svgplot"
+	dto "github.com/prometheus/client_model/go"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// moonbench --local --scale: one cluster at the default flags, exporting
+// to etcd, with --scale-clients clients each mounting a segment and
+// pinging as Mooncake's clients do (every second), filled in turn to each
+// size of --scale with 4 KiB objects; at each size it measures what
+// production size costs (issue 41): memory per object, a snapshot and the
+// writes around it, the idle clients' Raft log and etcd traffic, a
+// failover, a restart and a fresh node's join.
+
+const (
+	scaleWriters   = 8   // fill writers
+	scaleBatch     = 128 // objects per BatchPutStart/BatchPutEnd
+	scaleObject    = 4096
+	scaleIdle      = 30 * time.Second // the idle clients' window
+	scaleSnapWait  = 3 * time.Minute  // for every node to snapshot the filled state
+	scaleSampleGap = 5 * time.Second
+)
+
+// scaleNode is one node's figures at a size.
+type scaleNode struct {
+	ID            string  `json:"id"`
+	Role          string  `json:"role"`
+	RSSBytes      float64 `json:"rss_bytes"`
+	HeapBytes     float64 `json:"heap_inuse_bytes"`
+	SnapshotBytes float64 `json:"snapshot_bytes"`
+	SnapshotSecs  float64 `json:"snapshot_secs"` // mean of the snapshots written in the window
+}
+
+// scaleResult is what one size measured.
+type scaleResult struct {
+	Objects          uint64      `json:"objects"`
+	Clients          int         `json:"clients"`
+	FillSecs         float64     `json:"fill_secs"`
+	FillFailures     int64       `json:"fill_failed_calls"`
+	Nodes            []scaleNode `json:"nodes"`
+	IdleLogBytesSec  float64     `json:"idle_raft_log_bytes_per_sec"`
+	IdleLogEntrySec  float64     `json:"idle_raft_log_entries_per_sec"`
+	IdleLeaderCPU    float64     `json:"idle_leader_cpu_cores"`
+	IdleEtcdTxnsSec  float64     `json:"idle_etcd_txns_per_sec"`
+	IdleEtcdBytesSec float64     `json:"idle_etcd_bytes_per_sec"`
+	WriteP99Ms       float64     `json:"write_p99_ms"`          // outside every node's snapshot
+	WriteP99SnapMs   float64     `json:"write_p99_snapshot_ms"` // overlapping one
+	WritesInSnap     int         `json:"writes_during_snapshots"`
+	FailoverMs       float64     `json:"failover_ms"` // leader SIGKILL to the next answered write
+	SessionsLost     int         `json:"sessions_lost_in_failover"`
+	Remounts         int         `json:"remounts"` // by every client, over this size's phases
+	RestartSecs      float64     `json:"restart_secs"`
+	JoinSecs         float64     `json:"join_secs"`
+	JoinBySnapshot   bool        `json:"join_by_snapshot"` // the leader sent the joining node a snapshot
+}
+
+// scaleSample is the nodes' memory at a point of the fill.
+type scaleSample struct {
+	T       float64   `json:"t"`
+	Objects uint64    `json:"objects"`
+	RSS     []float64 `json:"rss_bytes"` // by node, n0 first
+	Heap    []float64 `json:"heap_inuse_bytes"`
+}
+
+type scaleReport struct {
+	Machine string        `json:"machine"`
+	Date    string        `json:"date"`
+	Args    string        `json:"args"`
+	Sizes   []scaleResult `json:"sizes"`
+	Samples []scaleSample `json:"samples"`
+}
+
+type scaleClient struct {
+	id     string
+	seg    fsm.SegmentSpec
+	keeper *client.Keeper
+}
+
+type scaleRun struct {
+	cfg     config
+	lc      *localCluster
+	http    *http.Client
+	clients []*scaleClient
+	start   time.Time
+	filled  atomic.Uint64 // objects written: the fill's and the probes'
+	seq     atomic.Uint64 // keys the fill has tried: a failed batch's are not reused
+	rep     *scaleReport
+}
+
+func runScale(ctx context.Context, cfg config, args string) error {
+	lc, err := startLocal(ctx, cfg, variant{})
+	if err != nil {
+		return err
+	}
+	defer lc.close()
+	s := &scaleRun{cfg: cfg, lc: lc, http: &http.Client{Timeout: 10 * time.Second}, start: time.Now(),
+		rep: &scaleReport{Machine: machine(), Date: time.Now().UTC().Format(time.RFC3339), Args: args}}
+	if err := s.mount(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		for _, c := range s.clients {
+			c.keeper.Stop()
+		}
+	}()
+	for _, n := range cfg.scale {
+		r, err := s.size(ctx, uint64(n))
+		if err != nil {
+			return err
+		}
+		s.rep.Sizes = append(s.rep.Sizes, *r)
+		r.print(os.Stdout)
+	}
+	if cfg.jsonOut != "" {
+		b, err := json.MarshalIndent(s.rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(cfg.jsonOut, b, 0o644); err != nil {
+			return err
+		}
+	}
+	if cfg.plotOut != "" {
+		return s.rep.plot(cfg.plotOut)
+	}
+	return nil
+}
+
+// mount gives every client a segment with room for twice its share of
+// the largest size (so no size evicts), and starts its pings, spread over
+// a second.
+func (s *scaleRun) mount(ctx context.Context) error {
+	n := s.cfg.scaleClients
+	share := (uint64(slices.Max(s.cfg.scale)) + uint64(n) - 1) / uint64(n)
+	size := 2 * share * scaleObject
+	s.clients = make([]*scaleClient, n)
+	for i := range s.clients {
+		id := fmt.Sprintf("scale-%05d", i)
+		s.clients[i] = &scaleClient{id: id, seg: fsm.SegmentSpec{ID: id + "-seg", Name: id + "-host", Base: uint64(i+1) << 40, Size: size}}
+	}
+	progressf("mounting %d segments of %d KiB, one per client", n, size>>10)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, 32)
+	for w := range errs {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				c := s.clients[i]
+				if err := retryUntil(ctx, 30*time.Second, func(ctx context.Context) error { return s.lc.cl.MountSegment(ctx, c.id, c.seg) }); err != nil {
+					errs[w] = fmt.Errorf("mount %s: %w", c.id, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for i, c := range s.clients {
+		if i%max(1, n/100) == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		c.keeper = s.lc.cl.KeepAlive(ctx, c.id, []fsm.SegmentSpec{c.seg}, 0)
+	}
+	return nil
+}
+
+func (s *scaleRun) remounts() int {
+	n := 0
+	for _, c := range s.clients {
+		n += c.keeper.Remounts()
+	}
+	return n
+}
+
+// size fills the cluster to n objects and measures it.
+func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
+	r := &scaleResult{Clients: len(s.clients)}
+	remounts := s.remounts()
+	t0 := time.Now()
+	var err error
+	if r.FillFailures, err = s.fill(ctx, n); err != nil {
+		return nil, err
+	}
+	r.FillSecs = time.Since(t0).Seconds()
+	if err := s.drained(ctx); err != nil {
+		return nil, err
+	}
+	l, err := s.lc.leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.lc.cl.Progress(ctx, l.GRPCAddr)
+	if err != nil {
+		return nil, err
+	}
+	r.Objects = st.Objects
+	for _, p := range s.lc.procs {
+		m, err := s.metrics(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		role := "follower"
+		if p == l {
+			role = "leader"
+		}
+		r.Nodes = append(r.Nodes, scaleNode{ID: p.ID, Role: role, RSSBytes: gauge(m, "process_resident_memory_bytes"), HeapBytes: gauge(m, "go_memstats_heap_inuse_bytes")})
+		if s.cfg.profileDir != "" {
+			path := filepath.Join(s.cfg.profileDir, fmt.Sprintf("scale-%d-%s-%s.heap", n, p.ID, role))
+			if err := savePprof(ctx, p, "heap", path); err != nil {
+				return nil, err
+			}
+		}
+	}
+	progressDone("%d objects after %.0f s; leader RSS %.0f MB (%.0f B an object)", r.Objects, r.FillSecs, r.Nodes[indexOf(s.lc.procs, l)].RSSBytes/1e6, r.Nodes[indexOf(s.lc.procs, l)].RSSBytes/float64(r.Objects))
+	if err := s.idle(ctx, l, r); err != nil {
+		return nil, err
+	}
+	if err := s.snapshots(ctx, r); err != nil {
+		return nil, err
+	}
+	if err := s.failover(ctx, r); err != nil {
+		return nil, err
+	}
+	if err := s.join(ctx, r); err != nil {
+		return nil, err
+	}
+	r.Remounts = s.remounts() - remounts
+	return r, nil
+}
+
+func indexOf(ps []*localcluster.Node, p *localcluster.Node) int { return slices.Index(ps, p) }
+
+// fill writes 4 KiB objects in batches until the cluster holds n,
+// sampling the nodes' memory and showing progress as it goes.
+func (s *scaleRun) fill(ctx context.Context, n uint64) (failures int64, err error) {
+	from := s.filled.Load()
+	if from >= n {
+		return 0, nil
+	}
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range scaleWriters {
+		owner := s.clients[w%len(s.clients)].id
+		wg.Go(func() {
+			for fctx.Err() == nil && s.filled.Load() < n {
+				first := s.seq.Add(scaleBatch) - scaleBatch
+				items := make([]client.PutStartItem, scaleBatch)
+				for i := range items {
+					items[i] = client.PutStartItem{Key: fmt.Sprintf("scale/%010d", first+uint64(i)), SliceLengths: []uint64{scaleObject},
+						Config: client.ReplicateConfig{ReplicaNum: 1}, ClientID: owner}
+				}
+				if ok := s.putBatch(fctx, owner, items); ok < 0 {
+					failed.Add(1)
+					time.Sleep(100 * time.Millisecond)
+				} else {
+					s.filled.Add(uint64(ok))
+				}
+			}
+		})
+	}
+	t := time.NewTicker(scaleSampleGap)
+	defer t.Stop()
+	last, lastT := from, time.Now()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for {
+		select {
+		case <-done:
+			return failed.Load(), ctx.Err()
+		case <-t.C:
+		}
+		now, at := s.filled.Load(), time.Now()
+		backlog, _ := s.lc.exportBacklog(ctx)
+		sample := s.sample(ctx, now)
+		progressf("filling to %d: %d objects, %.0f/s, export backlog %d, RSS %s", n, now,
+			float64(now-last)/at.Sub(lastT).Seconds(), backlog, mbList(sample.RSS))
+		last, lastT = now, at
+	}
+}
+
+// putBatch starts and ends items, answering how many were written (-1
+// when a call failed as a whole).
+func (s *scaleRun) putBatch(ctx context.Context, owner string, items []client.PutStartItem) int {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rs, err := s.lc.cl.BatchPutStart(cctx, items)
+	if err != nil {
+		return -1
+	}
+	keys := make([]string, 0, len(items))
+	for i, r := range rs {
+		if r.Err == nil {
+			keys = append(keys, items[i].Key)
+		}
+	}
+	if len(keys) == 0 {
+		return 0
+	}
+	errs, err := s.lc.cl.BatchPutEnd(cctx, owner, keys)
+	if err != nil {
+		return -1
+	}
+	ok := 0
+	for _, e := range errs {
+		if e == nil {
+			ok++
+		}
+	}
+	return ok
+}
+
+func (s *scaleRun) sample(ctx context.Context, objects uint64) scaleSample {
+	sm := scaleSample{T: time.Since(s.start).Seconds(), Objects: objects}
+	for _, p := range s.lc.procs {
+		m, _ := s.metrics(ctx, p)
+		sm.RSS = append(sm.RSS, gauge(m, "process_resident_memory_bytes"))
+		sm.Heap = append(sm.Heap, gauge(m, "go_memstats_heap_inuse_bytes"))
+	}
+	s.rep.Samples = append(s.rep.Samples, sm)
+	return sm
+}
+
+func mbList(vs []float64) string {
+	out := ""
+	for i, v := range vs {
+		if i > 0 {
+			out += "/"
+		}
+		out += fmt.Sprintf("%.0f", v/1e6)
+	}
+	return out + " MB"
+}
+
+// drained waits until etcd has every OpLog entry.
+func (s *scaleRun) drained(ctx context.Context) error {
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		b, err := s.lc.exportBacklog(ctx)
+		if err == nil && b == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the export backlog did not drain in 10 minutes (%d entries left, %v)", b, err)
+		}
+		progressLive("waiting for etcd to take the export backlog: %d entries", b)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (s *scaleRun) metrics(ctx context.Context, p *localcluster.Node) (map[string]*dto.MetricFamily, error) {
+	return scrapeMetrics(ctx, s.http, "http://"+p.HTTPAddr)
+}
+
+// gauge is the value of a gauge or counter (summed over its labels), or a
+// histogram's sum; 0 if m lacks it.
+func gauge(m map[string]*dto.MetricFamily, name string) float64 {
+	v := 0.0
+	for _, x := range m[name].GetMetric() {
+		v += x.GetGauge().GetValue() + x.GetCounter().GetValue() + x.GetHistogram().GetSampleSum()
+	}
+	return v
+}
+
+func histCount(m map[string]*dto.MetricFamily, name string) uint64 {
+	var n uint64
+	for _, x := range m[name].GetMetric() {
+		n += x.GetHistogram().GetSampleCount()
+	}
+	return n
+}
+
+// idle measures what the clients' pings alone cost: the leader's Raft log
+// and CPU, and etcd's writes, over scaleIdle with no other calls.
+func (s *scaleRun) idle(ctx context.Context, l *localcluster.Node, r *scaleResult) error {
+	progressf("idle: %d clients pinging for %s", len(s.clients), scaleIdle)
+	m0, err := s.metrics(ctx, l)
+	if err != nil {
+		return err
+	}
+	e0 := s.lc.etcd(ctx)
+	t0 := time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(scaleIdle):
+	}
+	m1, err := s.metrics(ctx, l)
+	if err != nil {
+		return err
+	}
+	e1 := s.lc.etcd(ctx)
+	el := time.Since(t0).Seconds()
+	rate := func(name string) float64 { return (gauge(m1, name) - gauge(m0, name)) / el }
+	r.IdleLogBytesSec = rate("moonraft_raft_log_appended_bytes_total")
+	r.IdleLogEntrySec = rate("moonraft_raft_log_appended_entries_total")
+	r.IdleLeaderCPU = rate("process_cpu_seconds_total")
+	r.IdleEtcdTxnsSec = (e1.txns - e0.txns) / el
+	r.IdleEtcdBytesSec = (e1.bytes - e0.bytes) / el
+	return nil
+}
+
+// probe is one writer of put pairs, recording each call's start, latency
+// and outcome.
+type probe struct {
+	stop context.CancelFunc
+	done chan struct{}
+	mu   sync.Mutex
+	obs  []probeObs
+}
+
+type probeObs struct {
+	at  time.Time
+	lat time.Duration
+	ok  bool
+}
+
+func (s *scaleRun) startProbe(ctx context.Context, name string) *probe {
+	ctx, stop := context.WithCancel(ctx)
+	p := &probe{stop: stop, done: make(chan struct{})}
+	owner := s.clients[0].id
+	go func() {
+		defer close(p.done)
+		for i := 0; ctx.Err() == nil; i++ {
+			key := fmt.Sprintf("scale-%s/%d-%d", name, time.Now().UnixNano(), i)
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			at := time.Now()
+			_, err := s.lc.cl.PutStart(cctx, key, []uint64{scaleObject}, client.ReplicateConfig{ReplicaNum: 1}, owner)
+			if err == nil {
+				err = s.lc.cl.PutEnd(cctx, key, owner)
+			}
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			p.mu.Lock()
+			p.obs = append(p.obs, probeObs{at, time.Since(at), err == nil})
+			p.mu.Unlock()
+			if err != nil {
+				time.Sleep(10 * time.Millisecond)
+			} else {
+				s.filled.Add(1)
+			}
+		}
+	}()
+	return p
+}
+
+// firstAnsweredAfter is how long after t the first write sent after t was
+// answered, in ms (0: none yet). One sent before may have been answered
+// by the old leader just before it died.
+func (p *probe) firstAnsweredAfter(t time.Time) float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, o := range p.obs {
+		if o.ok && o.at.After(t) {
+			return float64(o.at.Add(o.lat).Sub(t).Microseconds()) / 1000
+		}
+	}
+	return 0
+}
+
+func (p *probe) finish() []probeObs {
+	p.stop()
+	<-p.done
+	return p.obs
+}
+
+// snapshots writes with the probe until every node has written a
+// snapshot of the filled state (the default threshold and interval
+// decide when), then reads each one's size and time and compares the
+// writes that overlapped a snapshot with the others.
+func (s *scaleRun) snapshots(ctx context.Context, r *scaleResult) error {
+	counts, sums := make([]uint64, len(s.lc.procs)), make([]float64, len(s.lc.procs))
+	for i, p := range s.lc.procs {
+		m, err := s.metrics(ctx, p)
+		if err != nil {
+			return err
+		}
+		counts[i], sums[i] = histCount(m, "moonraft_snapshot_write_seconds"), gauge(m, "moonraft_snapshot_write_seconds")
+	}
+	progressf("writing until every node has snapshotted the state (at most %s)", scaleSnapWait)
+	pr := s.startProbe(ctx, "snap")
+	deadline := time.Now().Add(scaleSnapWait)
+	type window struct{ from, to time.Time }
+	var windows []window
+	for i := 0; i < len(s.lc.procs); {
+		p := s.lc.procs[i]
+		m, err := s.metrics(ctx, p)
+		if err == nil && histCount(m, "moonraft_snapshot_write_seconds") > counts[i] {
+			n := histCount(m, "moonraft_snapshot_write_seconds") - counts[i]
+			secs := (gauge(m, "moonraft_snapshot_write_seconds") - sums[i]) / float64(n)
+			end := time.Unix(0, int64(gauge(m, "moonraft_snapshot_last_written_timestamp_seconds")*1e9))
+			windows = append(windows, window{end.Add(-time.Duration(secs * float64(time.Second))), end})
+			r.Nodes[i].SnapshotBytes = gauge(m, "moonraft_snapshot_size_bytes")
+			r.Nodes[i].SnapshotSecs = secs
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			pr.finish()
+			return fmt.Errorf("%s wrote no snapshot in %s", p.ID, scaleSnapWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	var in, out []float64
+	for _, o := range pr.finish() {
+		if !o.ok {
+			continue
+		}
+		ms := float64(o.lat.Microseconds()) / 1000
+		if slices.ContainsFunc(windows, func(w window) bool { return o.at.Before(w.to) && o.at.Add(o.lat).After(w.from) }) {
+			in = append(in, ms)
+		} else {
+			out = append(out, ms)
+		}
+	}
+	r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap = percentile(out, 0.99), percentile(in, 0.99), len(in)
+	return nil
+}
+
+func percentile(vs []float64, q float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	slices.Sort(vs)
+	return vs[min(len(vs)-1, int(q*float64(len(vs))))]
+}
+
+// failover SIGKILLs the leader under the probe's writes: the time to the
+// next answered write, and whether every client's session survived; then
+// it restarts the old leader on its data dir and times its catch-up.
+func (s *scaleRun) failover(ctx context.Context, r *scaleResult) error {
+	l, err := s.lc.leader(ctx)
+	if err != nil {
+		return err
+	}
+	pr := s.startProbe(ctx, "failover")
+	time.Sleep(2 * time.Second)
+	progressf("failover: killing the leader %s", l.ID)
+	kill := time.Now()
+	l.Kill()
+	nl, err := s.lc.leader(ctx)
+	if err != nil {
+		pr.finish()
+		return err
+	}
+	for deadline := time.Now().Add(30 * time.Second); r.FailoverMs == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			pr.finish()
+			return fmt.Errorf("no write answered within 30 s of killing the leader %s", l.ID)
+		}
+		r.FailoverMs = pr.firstAnsweredAfter(kill)
+	}
+	pr.finish()
+	progressf("restarting %s on its data dir", l.ID)
+	t0 := time.Now()
+	if err := l.Start(); err != nil {
+		return err
+	}
+	if err := s.lc.caughtUp(ctx, l); err != nil {
+		return err
+	}
+	r.RestartSecs = time.Since(t0).Seconds()
+	// A session the failover cost has expired by now: a client TTL
+	// (10 s) after the kill, with every client pinging.
+	time.Sleep(time.Until(kill.Add(12 * time.Second)))
+	st, err := s.lc.cl.Progress(ctx, nl.GRPCAddr)
+	if err != nil {
+		return err
+	}
+	r.SessionsLost = len(s.clients) - int(st.Sessions)
+	return nil
+}
+
+// join starts a fourth node with an empty data dir, joining through the
+// leader (which sends it a snapshot), times its catch-up, and removes it.
+func (s *scaleRun) join(ctx context.Context, r *scaleResult) error {
+	l, err := s.lc.leader(ctx)
+	if err != nil {
+		return err
+	}
+	j := &localcluster.Node{ID: "n3", Proc: child.Proc{Bin: s.cfg.moonraftBin}}
+	j.DataDir = filepath.Join(s.lc.dir, fmt.Sprintf("join-%d", len(s.rep.Sizes)))
+	for _, a := range []*string{&j.RaftAddr, &j.GRPCAddr, &j.HTTPAddr} {
+		if *a, err = freeport.Addr(); err != nil {
+			return err
+		}
+	}
+	j.Args = []string{"--id", j.ID, "--data-dir", j.DataDir, "--raft-addr", j.RaftAddr, "--grpc-addr", j.GRPCAddr,
+		"--http-addr", j.HTTPAddr, "--join", l.GRPCAddr, "--etcd-endpoints", strings.Join(s.lc.etcdP.endpoints(), ","), "--log-level", "warn"}
+	progressf("joining a fresh node")
+	t0 := time.Now()
+	if err := j.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		_ = retryUntil(ctx, 30*time.Second, func(ctx context.Context) error { return s.lc.cl.RemoveServer(ctx, j.ID) })
+		localcluster.StopAll([]*localcluster.Node{j})
+		os.RemoveAll(j.DataDir)
+	}()
+	if err := s.lc.caughtUp(ctx, j); err != nil {
+		return err
+	}
+	r.JoinSecs = time.Since(t0).Seconds()
+	m, err := s.metrics(ctx, j)
+	if err != nil {
+		return err
+	}
+	r.JoinBySnapshot = histCount(m, "moonraft_snapshot_write_seconds") > 0
+	return nil
+}
+
+func (r *scaleResult) print(w io.Writer) {
+	fmt.Fprintf(w, "\n%d objects, %d clients (filled in %.0f s, %d failed calls)\n", r.Objects, r.Clients, r.FillSecs, r.FillFailures)
+	fmt.Fprintf(w, "  %-4s %-8s %10s %9s %10s %9s %12s %9s\n", "node", "role", "RSS MB", "B/object", "heap MB", "B/object", "snapshot MB", "save s")
+	for _, n := range r.Nodes {
+		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
+			n.HeapBytes/1e6, n.HeapBytes/float64(r.Objects), n.SnapshotBytes/1e6, n.SnapshotSecs)
+	}
+	fmt.Fprintf(w, "  write p99 %.1f ms outside snapshots, %.1f ms during one (%d writes)\n", r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap)
+	fmt.Fprintf(w, "  idle: Raft log %.0f B/s (%.1f entries/s), leader CPU %.2f cores, etcd %.1f txns/s %.0f B/s\n",
+		r.IdleLogBytesSec, r.IdleLogEntrySec, r.IdleLeaderCPU, r.IdleEtcdTxnsSec, r.IdleEtcdBytesSec)
+	fmt.Fprintf(w, "  failover %.0f ms to the next answered write, %d sessions lost, %d remounts; restart caught up in %.1f s, a fresh node joined in %.1f s (%s)\n",
+		r.FailoverMs, r.SessionsLost, r.Remounts, r.RestartSecs, r.JoinSecs, map[bool]string{true: "sent a snapshot", false: "sent the log"}[r.JoinBySnapshot])
+}
+
+// plot draws each node's RSS and Go heap against the objects held.
+func (rep *scaleReport) plot(path string) error {
+	panel := func(title string, of func(scaleSample) []float64) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text = title
+		p.X.Label.Text = "objects (millions)"
+		p.Y.Label.Text = "GB"
+		p.Add(plotter.NewGrid())
+		p.Legend.Top = true
+		for node := 0; len(rep.Samples) > 0 && node < len(of(rep.Samples[0])); node++ {
+			var xys plotter.XYs
+			for _, sm := range rep.Samples {
+				xys = append(xys, plotter.XY{X: float64(sm.Objects) / 1e6, Y: of(sm)[node] / 1e9})
+			}
+			l, err := plotter.NewLine(xys)
+			if err != nil {
+				return nil, err
+			}
+			l.Color = plotutil.Color(node)
+			p.Add(l)
+			p.Legend.Add(fmt.Sprintf("n%d", node), l)
+		}
+		return p, nil
+	}
+	rss, err := panel("resident memory by node while filling", func(s scaleSample) []float64 { return s.RSS })
+	if err != nil {
+		return err
+	}
+	heap, err := panel("Go heap in use by node while filling", func(s scaleSample) []float64 { return s.Heap })
+	if err != nil {
+		return err
+	}
+	return svgplot.WriteGrid(path, [][]*plot.Plot{{rss}, {heap}}, 10*vg.Inch, 3*vg.Inch)
+}
