@@ -106,8 +106,13 @@ type Config struct {
 	// raft-wal's default, 64 MiB).
 	WALSegmentBytes int
 
+	// A snapshot is taken, checked every SnapshotInterval, once at least
+	// SnapshotThreshold log entries and SnapshotLogRatio times the last
+	// snapshot's size in log bytes have followed it (snapshotpolicy.go);
+	// with a ratio of 0, at SnapshotThreshold entries alone.
 	SnapshotInterval  time.Duration
 	SnapshotThreshold uint64
+	SnapshotLogRatio  float64
 	SnapshotRetain    int
 
 	Logger hclog.Logger
@@ -130,6 +135,12 @@ const (
 	DefaultExportSoftAge     = 30 * time.Second
 )
 
+// DefaultSnapshotLogRatio is Config.SnapshotLogRatio's default: a snapshot
+// once the log since the last one is as large as it was, so a restart
+// replays at most about one snapshot's worth of log (docs/OPERATIONS.md,
+// "Snapshots").
+const DefaultSnapshotLogRatio = 1.0
+
 // DefaultConfig returns the defaults, with timeouts tuned for a LAN.
 func DefaultConfig() Config {
 	return Config{
@@ -143,6 +154,7 @@ func DefaultConfig() Config {
 		ReadMode:           ReadLease,
 		SnapshotInterval:   30 * time.Second,
 		SnapshotThreshold:  16384,
+		SnapshotLogRatio:   DefaultSnapshotLogRatio,
 		SnapshotRetain:     2,
 		ExportRenewals:     true,
 		ExportLinger:       200 * time.Millisecond,
@@ -183,6 +195,8 @@ func (c *Config) validate() error {
 		return errcode.New(errcode.InvalidParams, "max pending writes must be positive or -1 (no bound), got %d", c.MaxPendingWrites)
 	case c.Bootstrap && len(c.Peers) == 0:
 		return errcode.New(errcode.InvalidParams, "bootstrap needs --peers")
+	case !(c.SnapshotLogRatio >= 0):
+		return errcode.New(errcode.InvalidParams, "--snapshot-log-ratio %g: want 0 (entries alone) or a positive multiple of the last snapshot's size", c.SnapshotLogRatio)
 	}
 	if c.Bootstrap {
 		found := false

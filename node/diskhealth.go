@@ -35,6 +35,13 @@ type diskHealth struct {
 	appendedBytes, appendedEntries prometheus.Counter
 	snapshotDur                    prometheus.Histogram
 	snapshotBytes, snapshotLast    prometheus.Gauge
+	// For the snapshot rule (snapshotpolicy.go): log bytes written in
+	// this process's life, the count when the last snapshot was written,
+	// and that snapshot's size and last index.
+	logBytes      atomic.Uint64
+	logBytesMark  atomic.Uint64
+	snapSize      atomic.Uint64
+	snapLastIndex atomic.Uint64
 }
 
 func newDiskHealth() *diskHealth {
@@ -127,6 +134,7 @@ func (w *watchedLog) StoreLogs(logs []*raft.Log) error {
 		for _, l := range logs {
 			bytes += len(l.Data)
 		}
+		w.h.logBytes.Add(uint64(bytes))
 		w.h.appendedBytes.Add(float64(bytes))
 		w.h.appendedEntries.Add(float64(len(logs)))
 	}
@@ -154,7 +162,7 @@ func (w *watchedSnapshots) Create(version raft.SnapshotVersion, index, term uint
 		w.h.observe(diskSnapshot, err)
 		return nil, err
 	}
-	return &watchedSink{SnapshotSink: sink, h: w.h, start: time.Now()}, nil
+	return &watchedSink{SnapshotSink: sink, h: w.h, start: time.Now(), index: index}, nil
 }
 
 type watchedSink struct {
@@ -162,6 +170,7 @@ type watchedSink struct {
 	h      *diskHealth
 	failed bool
 	start  time.Time
+	index  uint64
 	bytes  int
 	closed bool
 }
@@ -189,6 +198,15 @@ func (w *watchedSink) Close() error {
 		w.h.snapshotDur.Observe(now.Sub(w.start).Seconds())
 		w.h.snapshotBytes.Set(float64(w.bytes))
 		w.h.snapshotLast.Set(float64(now.UnixNano()) / 1e9)
+		w.h.snapshotWritten(w.index, uint64(w.bytes))
 	}
 	return err
+}
+
+// snapshotWritten records a snapshot of size bytes up to index: the log
+// since is counted from here.
+func (d *diskHealth) snapshotWritten(index, size uint64) {
+	d.snapSize.Store(size)
+	d.snapLastIndex.Store(index)
+	d.logBytesMark.Store(d.logBytes.Load())
 }

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -242,6 +243,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		defer n.wg.Done()
 		n.announceLoop(lctx)
 	}()
+	if cfg.SnapshotLogRatio > 0 {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.snapshotLoop(lctx)
+		}()
+	}
 	return n, nil
 }
 
@@ -265,6 +273,11 @@ func (n *Node) startRaft(ctx context.Context) error {
 		return err
 	}
 	snaps := &watchedSnapshots{SnapshotStore: files, h: n.disk}
+	if metas, err := files.List(); err == nil && len(metas) > 0 {
+		// The log this node wrote before it stopped is not counted: its
+		// next snapshot waits for as much again.
+		n.disk.snapshotWritten(metas[0].Index, uint64(metas[0].Size))
+	}
 	tcfg := &raft.NetworkTransportConfig{MaxPool: 3, Timeout: 10 * time.Second, Logger: n.log.Named("transport")}
 	if len(cfg.RaftDial) > 0 {
 		dial := dialOverride{string(cfg.ID): cfg.RaftAddr} // raft asks for itself too
@@ -297,6 +310,9 @@ func (n *Node) startRaft(ctx context.Context) error {
 	}
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	if cfg.SnapshotLogRatio > 0 {
+		rc.SnapshotThreshold = math.MaxUint64 // snapshotLoop decides
+	}
 	rc.NotifyCh = n.notifyCh
 	// Group commit: concurrent Applies share one log write (one fsync) and
 	// one AppendEntries round, which is where write throughput comes from.

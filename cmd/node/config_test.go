@@ -190,6 +190,30 @@ func TestGCPercent(t *testing.T) {
 	assert.Equal(t, -1, o.gcPercent, "the flag wins")
 }
 
+// TestHeapHeadroom: --heap-headroom defaults to DefaultHeapHeadroom, 0
+// turns it off, and a negative one is refused.
+func TestHeapHeadroom(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want float64
+		err  bool
+	}{
+		{[]string{"--id", "n0"}, DefaultHeapHeadroom, false},
+		{[]string{"--id", "n0", "--heap-headroom", "0"}, 0, false},
+		{[]string{"--id", "n0", "--heap-headroom", "1.5"}, 1.5, false},
+		{[]string{"--id", "n0", "--heap-headroom", "-0.1"}, 0, true},
+		{[]string{"--id", "n0", "--heap-headroom", "NaN"}, 0, true},
+	} {
+		o, err := parseArgs(tc.args)
+		if tc.err {
+			assert.Equal(t, errcode.InvalidParams, errcode.Of(err), "%v", tc.args)
+			continue
+		}
+		require.NoError(t, err, "%v", tc.args)
+		assert.Equal(t, tc.want, o.heapHeadroom, "%v", tc.args)
+	}
+}
+
 // The Mooncake protocol's event loops default to one per two CPUs Go may
 // use (at least one), and each loop gets a P of its own unless GOMAXPROCS
 // was set by hand.

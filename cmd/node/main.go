@@ -8,12 +8,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/moonraft/moonraft/cororpc"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/internal/listflag"
+	"github.com/moonraft/moonraft/internal/memlimit"
 	"github.com/moonraft/moonraft/node"
 	"github.com/moonraft/moonraft/raftstore"
 	"github.com/moonraft/moonraft/transport"
@@ -40,6 +43,7 @@ func main() {
 type options struct {
 	cfg            node.Config
 	gcPercent      int
+	heapHeadroom   float64
 	mooncakeDrain  time.Duration
 	dev            bool
 	followEtcd     bool
@@ -103,7 +107,9 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	logStore := fs.String("raft-log-store", "", "Raft log store of a new data dir: wal (one fsync per append; the default) or boltdb; an existing data dir keeps its own (docs/OPERATIONS.md)")
 	walSegmentMB := fs.Int("raft-wal-segment-mb", 64, "size of each raft-wal segment file created from now on, in MiB (preallocated; Consul's segment_size_mb)")
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often Raft checks whether to snapshot")
-	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
+	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot before a new one is taken (and --snapshot-log-ratio's bytes)")
+	fs.Float64Var(&cfg.SnapshotLogRatio, "snapshot-log-ratio", cfg.SnapshotLogRatio,
+		"take a snapshot once the log written since the last one is this many times that snapshot's size (and --snapshot-threshold entries); 0: at --snapshot-threshold entries alone (docs/OPERATIONS.md)")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --http-addr (off by default: it exposes internals)")
 	etcdEndpoints := fs.String("etcd-endpoints", "", "etcd client URLs, comma-separated; the leader exports the OpLog there (empty: no export)")
@@ -134,6 +140,8 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 		"on SIGTERM, a leader that handed over keeps answering its Mooncake clients (forwarding) until none has called for 300 ms, at most this long (0: close at once; docs/OPERATIONS.md)")
 	fs.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent(os.Getenv("GOGC")),
 		"Go's GOGC: the heap may grow this many percent over the live heap before a collection (-1: off); higher spends memory to save CPU per write (docs/OPERATIONS.md)")
+	fs.Float64Var(&o.heapHeadroom, "heap-headroom", DefaultHeapHeadroom,
+		"once the state is large, hold the heap within this fraction of the live heap above it (Go's soft memory limit, set after each collection: the live heap plus the larger of this fraction and 256 MiB); 0: --gc-percent alone; ignored when $GOMEMLIMIT is set (docs/OPERATIONS.md)")
 	fs.IntVar(&cfg.MaxPendingWrites, "max-pending-writes", node.DefaultMaxPendingWrites, "client writes this node may have waiting for the log at once; past it a write is refused with TOO_MANY_REQUESTS; -1: no bound")
 	dev := fs.Bool("dev", false, "one-node cluster with an embedded etcd in a temporary directory, for trying moonraft out")
 	followEtcd := fs.Bool("follow-etcd", false, "run a read-only observer that follows the OpLog in etcd instead of a Raft node")
@@ -171,6 +179,9 @@ func (o *options) finish(a finishArgs) error {
 	cfg.RaftLogStore = ls
 	if o.mooncakeDrain < 0 {
 		return errcode.New(errcode.InvalidParams, "--mooncake-drain %v: want 0 (close at once) or a positive bound", o.mooncakeDrain)
+	}
+	if o.heapHeadroom < 0 || math.IsNaN(o.heapHeadroom) {
+		return errcode.New(errcode.InvalidParams, "--heap-headroom %g: want 0 (off) or a positive fraction of the live heap", o.heapHeadroom)
 	}
 	if a.walSegmentMB < 1 || a.walSegmentMB > 1024 {
 		return errcode.New(errcode.InvalidParams, "--raft-wal-segment-mb %d: want 1 to 1024", a.walSegmentMB)
@@ -226,6 +237,16 @@ const mooncakeDrainQuiet = 300 * time.Millisecond
 // per put pair by 10–25% (400 did no better) for a peak heap of about three
 // times the live one instead of two (docs/OPERATIONS.md "Memory").
 const DefaultGCPercent = 200
+
+// DefaultHeapHeadroom is --heap-headroom's default: at a million objects
+// and more, GOGC's headroom made a node's resident memory three times its
+// live heap, and the leader's twice mooncake_master's per key
+// (docs/BENCHMARKS.md, "Production size").
+const DefaultHeapHeadroom = 0.5
+
+// heapFloor is the headroom a small state keeps whatever its fraction: up
+// to a live heap of 128 MiB GOGC's 200 % decides alone.
+const heapFloor = 256 << 20
 
 // defaultGCPercent is --gc-percent's default: $GOGC as the Go runtime reads
 // it when set ("off" is -1, anything unreadable 100), else
@@ -307,6 +328,13 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if o.heapHeadroom > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		var wg sync.WaitGroup
+		tctx, stopTuning := context.WithCancel(ctx)
+		wg.Go(func() { memlimit.Tune(tctx, o.heapHeadroom, heapFloor, 100*time.Millisecond) })
+		defer wg.Wait()
+		defer stopTuning()
+	}
 	if o.followEtcd {
 		return follow(ctx, cfg, o.followSnapshot)
 	}
