@@ -41,7 +41,7 @@ const (
 	scaleBatch     = 128 // objects per BatchPutStart/BatchPutEnd
 	scaleObject    = 4096
 	scaleIdle      = 30 * time.Second // the idle clients' window
-	scaleSnapWait  = 3 * time.Minute  // for every node to snapshot the filled state
+	scaleSnapWait  = 10 * time.Minute // for every node to snapshot the filled state
 	scaleSampleGap = 5 * time.Second
 )
 
@@ -501,10 +501,12 @@ func (p *probe) finish() []probeObs {
 	return p.obs
 }
 
-// snapshots writes with the probe until every node has written a
-// snapshot of the filled state (the default threshold and interval
-// decide when), then reads each one's size and time and compares the
-// writes that overlapped a snapshot with the others.
+// snapshots churns — puts batches of objects and removes them, so the log
+// grows and the state does not — until every node has written a
+// snapshot of the filled state (its snapshot rule decides when: once the
+// log since its last one is as large as that was), then reads each one's
+// size and time, and compares the probe's writes that overlapped a
+// snapshot with the others, under the same churn.
 func (s *scaleRun) snapshots(ctx context.Context, r *scaleResult) error {
 	counts, sums := make([]uint64, len(s.lc.procs)), make([]float64, len(s.lc.procs))
 	for i, p := range s.lc.procs {
@@ -514,11 +516,14 @@ func (s *scaleRun) snapshots(ctx context.Context, r *scaleResult) error {
 		}
 		counts[i], sums[i] = histCount(m, "moonraft_snapshot_write_seconds"), gauge(m, "moonraft_snapshot_write_seconds")
 	}
-	progressf("writing until every node has snapshotted the state (at most %s)", scaleSnapWait)
+	progressf("churning until every node has snapshotted the state (at most %s)", scaleSnapWait)
+	stopChurn, churned := s.churn(ctx)
+	defer stopChurn()
 	pr := s.startProbe(ctx, "snap")
 	deadline := time.Now().Add(scaleSnapWait)
 	type window struct{ from, to time.Time }
 	var windows []window
+	polls := 0
 	for i := 0; i < len(s.lc.procs); {
 		p := s.lc.procs[i]
 		m, err := s.metrics(ctx, p)
@@ -541,6 +546,9 @@ func (s *scaleRun) snapshots(ctx context.Context, r *scaleResult) error {
 			return ctx.Err()
 		case <-time.After(time.Second):
 		}
+		if polls++; polls%10 == 0 {
+			progressf("churning: %d objects put and removed; %d of %d nodes have snapshotted", churned.Load(), i, len(s.lc.procs))
+		}
 	}
 	var in, out []float64
 	for _, o := range pr.finish() {
@@ -556,6 +564,41 @@ func (s *scaleRun) snapshots(ctx context.Context, r *scaleResult) error {
 	}
 	r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap = percentile(out, 0.99), percentile(in, 0.99), len(in)
 	return nil
+}
+
+// churn starts scaleWriters writers that put a batch of objects and remove
+// them again, until the returned stop is called; the counter is how many
+// objects they have put and removed. Each writer reuses its keys: fresh
+// ones would leave a tombstone each for an hour (fsm.Params.KeySeqRetainMs), and
+// the state would grow with them.
+func (s *scaleRun) churn(ctx context.Context) (stop func(), churned *atomic.Int64) {
+	ctx, cancel := context.WithCancel(ctx)
+	churned = &atomic.Int64{}
+	var wg sync.WaitGroup
+	for w := range scaleWriters {
+		owner := s.clients[w%len(s.clients)].id
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				items := make([]client.PutStartItem, scaleBatch)
+				keys := make([]string, scaleBatch)
+				for j := range items {
+					keys[j] = fmt.Sprintf("scale-churn/%d/%d", w, j)
+					items[j] = client.PutStartItem{Key: keys[j], SliceLengths: []uint64{scaleObject}, Config: client.ReplicateConfig{ReplicaNum: 1}, ClientID: owner}
+				}
+				if s.putBatch(ctx, owner, items) < 0 {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+				_, err := s.lc.cl.BatchRemove(cctx, keys, true)
+				ccancel()
+				if err == nil {
+					churned.Add(scaleBatch)
+				}
+			}
+		})
+	}
+	return func() { cancel(); wg.Wait() }, churned
 }
 
 func percentile(vs []float64, q float64) float64 {
