@@ -38,6 +38,7 @@ import (
 
 const (
 	scaleWriters   = 8   // fill writers
+	churnWriters   = 2   // a steady write load, well below the cluster's rate
 	scaleBatch     = 128 // objects per BatchPutStart/BatchPutEnd
 	scaleObject    = 4096
 	scaleIdle      = 30 * time.Second // the idle clients' window
@@ -566,7 +567,7 @@ func (s *scaleRun) snapshots(ctx context.Context, r *scaleResult) error {
 	return nil
 }
 
-// churn starts scaleWriters writers that put a batch of objects and remove
+// churn starts churnWriters writers that put a batch of objects and remove
 // them again, until the returned stop is called; the counter is how many
 // objects they have put and removed. Each writer reuses its keys: fresh
 // ones would leave a tombstone each for an hour (fsm.Params.KeySeqRetainMs), and
@@ -575,7 +576,7 @@ func (s *scaleRun) churn(ctx context.Context) (stop func(), churned *atomic.Int6
 	ctx, cancel := context.WithCancel(ctx)
 	churned = &atomic.Int64{}
 	var wg sync.WaitGroup
-	for w := range scaleWriters {
+	for w := range churnWriters {
 		owner := s.clients[w%len(s.clients)].id
 		wg.Go(func() {
 			for ctx.Err() == nil {
