@@ -106,6 +106,9 @@ type scaleRun struct {
 	lc      *localCluster
 	http    *http.Client
 	clients []*scaleClient
+	// pingers is the clients' connection, apart from the writers' (lc.cl)
+	// as separate processes' would be.
+	pingers *client.Client
 	start   time.Time
 	filled  atomic.Uint64 // objects written: the fill's and the probes'
 	seq     atomic.Uint64 // keys the fill has tried: a failed batch's are not reused
@@ -120,6 +123,10 @@ func runScale(ctx context.Context, cfg config, args string) error {
 	defer lc.close()
 	s := &scaleRun{cfg: cfg, lc: lc, http: &http.Client{Timeout: 10 * time.Second}, start: time.Now(),
 		rep: &scaleReport{Machine: machine(), Date: time.Now().UTC().Format(time.RFC3339), Args: args}}
+	if s.pingers, err = client.Dial(client.Config{Endpoints: lc.endpoints(), MaxBackoff: 100 * time.Millisecond}); err != nil {
+		return err
+	}
+	defer s.pingers.Close()
 	if err := s.mount(ctx); err != nil {
 		return err
 	}
@@ -175,7 +182,7 @@ func (s *scaleRun) mount(ctx context.Context) error {
 					return
 				}
 				c := s.clients[i]
-				if err := retryUntil(ctx, 30*time.Second, func(ctx context.Context) error { return s.lc.cl.MountSegment(ctx, c.id, c.seg) }); err != nil {
+				if err := retryUntil(ctx, 30*time.Second, func(ctx context.Context) error { return s.pingers.MountSegment(ctx, c.id, c.seg) }); err != nil {
 					errs[w] = fmt.Errorf("mount %s: %w", c.id, err)
 					return
 				}
@@ -190,7 +197,7 @@ func (s *scaleRun) mount(ctx context.Context) error {
 		if i%max(1, n/100) == 0 {
 			time.Sleep(10 * time.Millisecond)
 		}
-		c.keeper = s.lc.cl.KeepAlive(ctx, c.id, []fsm.SegmentSpec{c.seg}, 0)
+		c.keeper = s.pingers.KeepAlive(ctx, c.id, []fsm.SegmentSpec{c.seg}, 0)
 	}
 	return nil
 }
@@ -451,19 +458,26 @@ type probeObs struct {
 	ok  bool
 }
 
-func (s *scaleRun) startProbe(ctx context.Context, name string) *probe {
+// startProbe starts a probe on a connection of its own, as a client
+// apart from the load's would be.
+func (s *scaleRun) startProbe(ctx context.Context, name string) (*probe, error) {
+	cl, err := client.Dial(client.Config{Endpoints: s.lc.endpoints(), MaxBackoff: 100 * time.Millisecond})
+	if err != nil {
+		return nil, err
+	}
 	ctx, stop := context.WithCancel(ctx)
 	p := &probe{stop: stop, done: make(chan struct{})}
 	owner := s.clients[0].id
 	go func() {
 		defer close(p.done)
+		defer cl.Close()
 		for i := 0; ctx.Err() == nil; i++ {
 			key := fmt.Sprintf("scale-%s/%d-%d", name, time.Now().UnixNano(), i)
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			at := time.Now()
-			_, err := s.lc.cl.PutStart(cctx, key, []uint64{scaleObject}, client.ReplicateConfig{ReplicaNum: 1}, owner)
+			_, err := cl.PutStart(cctx, key, []uint64{scaleObject}, client.ReplicateConfig{ReplicaNum: 1}, owner)
 			if err == nil {
-				err = s.lc.cl.PutEnd(cctx, key, owner)
+				err = cl.PutEnd(cctx, key, owner)
 			}
 			cancel()
 			if ctx.Err() != nil {
@@ -479,7 +493,7 @@ func (s *scaleRun) startProbe(ctx context.Context, name string) *probe {
 			}
 		}
 	}()
-	return p
+	return p, nil
 }
 
 // firstAnsweredAfter is how long after t the first write sent after t was
@@ -520,7 +534,10 @@ func (s *scaleRun) snapshots(ctx context.Context, r *scaleResult) error {
 	progressf("churning until every node has snapshotted the state (at most %s)", scaleSnapWait)
 	stopChurn, churned := s.churn(ctx)
 	defer stopChurn()
-	pr := s.startProbe(ctx, "snap")
+	pr, err := s.startProbe(ctx, "snap")
+	if err != nil {
+		return err
+	}
 	deadline := time.Now().Add(scaleSnapWait)
 	type window struct{ from, to time.Time }
 	var windows []window
@@ -618,7 +635,10 @@ func (s *scaleRun) failover(ctx context.Context, r *scaleResult) error {
 	if err != nil {
 		return err
 	}
-	pr := s.startProbe(ctx, "failover")
+	pr, err := s.startProbe(ctx, "failover")
+	if err != nil {
+		return err
+	}
 	time.Sleep(2 * time.Second)
 	progressf("failover: killing the leader %s", l.ID)
 	kill := time.Now()
