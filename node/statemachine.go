@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/moonraft/moonraft/internal/memlimit"
+
 	"github.com/hashicorp/raft"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
@@ -125,6 +127,7 @@ func (s *stateMachine) Restore(rc io.ReadCloser) error {
 	if s.onRestore != nil {
 		s.onRestore()
 	}
+	defer memlimit.Hold()()
 	next := fsm.New()
 	h, err := next.Restore(rc)
 	if err != nil {

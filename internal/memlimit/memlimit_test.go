@@ -29,8 +29,8 @@ func TestLimit(t *testing.T) {
 	}
 }
 
-// TestTune: the limit follows the live heap while Tune runs and is lifted
-// when it stops.
+// TestTune: the limit follows the live heap while Tune runs, is lifted
+// while a Hold is in force, and is lifted when Tune stops.
 func TestTune(t *testing.T) {
 	ballast := make([]byte, 64<<20)
 	runtime.GC()
@@ -44,6 +44,11 @@ func TestTune(t *testing.T) {
 		l := debug.SetMemoryLimit(-1)
 		return l >= 2*int64(len(ballast)) && l < math.MaxInt64
 	}, 5*time.Second, 10*time.Millisecond, "at least twice the 64 MiB held live")
+	release := Hold()
+	assert.Eventually(t, func() bool { return debug.SetMemoryLimit(-1) == math.MaxInt64 }, 5*time.Second, 10*time.Millisecond, "lifted while held")
+	release()
+	release()
+	assert.Eventually(t, func() bool { return debug.SetMemoryLimit(-1) < math.MaxInt64 }, 5*time.Second, 10*time.Millisecond, "back once released (once)")
 	runtime.KeepAlive(ballast)
 	cancel()
 	<-done
