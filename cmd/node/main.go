@@ -238,11 +238,12 @@ const mooncakeDrainQuiet = 300 * time.Millisecond
 // times the live one instead of two (docs/OPERATIONS.md "Memory").
 const DefaultGCPercent = 200
 
-// DefaultHeapHeadroom is --heap-headroom's default: at a million objects
-// and more, GOGC's headroom made a node's resident memory three times its
-// live heap, and the leader's twice mooncake_master's per key
-// (docs/BENCHMARKS.md, "Production size").
-const DefaultHeapHeadroom = 0.5
+// DefaultHeapHeadroom is --heap-headroom's default: off. At 0.5 a leader
+// at three million objects held 656 B an object instead of 1,486 (under
+// mooncake_master's 704), but with 10,000 clients pinging on two cores it
+// filled at half the rate and restarts took longer (docs/OPERATIONS.md,
+// "Memory"): a choice for nodes short of memory, not a default.
+const DefaultHeapHeadroom = 0.0
 
 // heapFloor is the headroom a small state keeps whatever its fraction: up
 // to a live heap of 128 MiB GOGC's 200 % decides alone.
