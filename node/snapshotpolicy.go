@@ -21,9 +21,9 @@ import (
 // this one every SnapshotInterval.
 
 // snapshotDue says whether a snapshot is due: at least threshold entries
-// and ratio × snapSize bytes of log since the last one.
+// (one, at the least) and ratio × snapSize bytes of log since the last one.
 func snapshotDue(entries, threshold, logBytes, snapSize uint64, ratio float64) bool {
-	return entries >= threshold && float64(logBytes) >= ratio*float64(snapSize)
+	return entries > 0 && entries >= threshold && float64(logBytes) >= ratio*float64(snapSize)
 }
 
 // snapshotLoop takes a snapshot whenever snapshotDue says so, until ctx
@@ -38,7 +38,11 @@ func (n *Node) snapshotLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		d := n.disk
-		entries := n.raft.LastIndex() - min(d.snapLastIndex.Load(), n.raft.LastIndex())
+		// Entries the state machine has applied since: Raft's own (no-ops,
+		// barriers, configurations) are in no snapshot, and a snapshot
+		// asked for with nothing new fails.
+		applied := n.sm.appliedIndex.Load()
+		entries := applied - min(d.snapLastIndex.Load(), applied)
 		logBytes := d.logBytes.Load() - d.logBytesMark.Load()
 		if !snapshotDue(entries, n.cfg.SnapshotThreshold, logBytes, d.snapSize.Load(), n.cfg.SnapshotLogRatio) {
 			continue

@@ -23,6 +23,7 @@ func TestSnapshotDue(t *testing.T) {
 		{"ratio 2 waits for twice", 1000, 100, 3 << 19, 1 << 20, 2, false},
 		{"ratio 2 reached", 1000, 100, 2 << 20, 1 << 20, 2, true},
 		{"ratio 0: entries alone", 100, 100, 0, 1 << 30, 0, true},
+		{"nothing new", 0, 0, 1 << 20, 0, 0, false},
 	} {
 		assert.Equal(t, tc.want, snapshotDue(tc.entries, tc.threshold, tc.logBytes, tc.snapSz, tc.ratio), tc.name)
 	}
@@ -44,12 +45,14 @@ func TestSnapshotAfterLogAsLargeAsState(t *testing.T) {
 		put(t, nd, fmt.Sprintf("state/%d", i))
 	}
 	d := nd.disk
-	require.Eventually(t, func() bool { return d.snapLastIndex.Load() >= nd.raft.AppliedIndex() }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return d.snapLastIndex.Load() > 0 }, 10*time.Second, 10*time.Millisecond,
 		"the first snapshot is due at once")
+	time.Sleep(5 * nd.cfg.SnapshotInterval) // any snapshot due is taken
 	first, size := d.snapLastIndex.Load(), d.snapSize.Load()
 	require.Positive(t, size)
 
 	sinceSnapshot := func() uint64 { return d.logBytes.Load() - d.logBytesMark.Load() }
+	require.Less(t, sinceSnapshot(), size, "no snapshot due once settled")
 	for i := 0; sinceSnapshot() < size/2; i++ {
 		put(t, nd, fmt.Sprintf("log/%d", i))
 	}
