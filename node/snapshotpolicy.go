@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -27,9 +28,13 @@ func snapshotDue(entries, threshold, logBytes, snapSize uint64, ratio float64) b
 }
 
 // snapshotLoop takes a snapshot whenever snapshotDue says so, until ctx
-// ends.
+// ends. It looks after a random wait between one and two
+// SnapshotIntervals, as hashicorp/raft does: nodes started together
+// would otherwise all snapshot at the same moment (they did, under
+// master_bench's load).
 func (n *Node) snapshotLoop(ctx context.Context) {
-	t := time.NewTicker(n.cfg.SnapshotInterval)
+	wait := func() time.Duration { return n.cfg.SnapshotInterval + rand.N(n.cfg.SnapshotInterval) }
+	t := time.NewTimer(wait())
 	defer t.Stop()
 	for {
 		select {
@@ -37,6 +42,7 @@ func (n *Node) snapshotLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		t.Reset(wait())
 		d := n.disk
 		// Entries the state machine has applied since: Raft's own (no-ops,
 		// barriers, configurations) are in no snapshot, and a snapshot
