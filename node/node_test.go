@@ -159,23 +159,35 @@ func (c *cluster) convergedWithin(d time.Duration) string {
 	c.t.Helper()
 	var digest string
 	require.Eventually(c.t, func() bool {
-		// Every node's state held still at once: with ticks applied every
-		// few ms, statuses taken one after another, each computing a
-		// digest, would rarely meet at one index.
-		var (
-			states []*fsm.FSM
-			index  uint64
-		)
+		// The furthest node is held still and the others are caught as
+		// they reach its index, each then held too: with ticks and export
+		// acknowledgements applied every few ms, statuses taken one after
+		// another would rarely meet at one index.
+		var lead *Node
 		for _, nd := range c.nodes {
-			if nd == nil {
+			if nd != nil && (lead == nil || nd.sm.appliedIndex.Load() > lead.sm.appliedIndex.Load()) {
+				lead = nd
+			}
+		}
+		lead.sm.mu.RLock()
+		defer lead.sm.mu.RUnlock()
+		index := lead.sm.appliedIndex.Load()
+		states := []*fsm.FSM{lead.sm.f}
+		for _, nd := range c.nodes {
+			if nd == nil || nd == lead {
 				continue
 			}
-			nd.sm.mu.RLock()
-			defer nd.sm.mu.RUnlock()
-			if len(states) == 0 {
-				index = nd.sm.appliedIndex.Load()
-			} else if nd.sm.appliedIndex.Load() != index {
-				return false
+			for deadline := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+				nd.sm.mu.RLock()
+				at := nd.sm.appliedIndex.Load()
+				if at == index {
+					defer nd.sm.mu.RUnlock()
+					break
+				}
+				nd.sm.mu.RUnlock()
+				if at > index || time.Now().After(deadline) {
+					return false
+				}
 			}
 			states = append(states, nd.sm.f)
 		}
