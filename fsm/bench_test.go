@@ -31,7 +31,7 @@ func benchState(b *testing.B, n int, fill float64) *FSM {
 			b.Fatal(r.Err)
 		}
 		f.Apply(Encode(&PutEnd{NowMs: now, Key: key, ClientID: "bench"}))
-		if len(f.ring) >= 100_000 {
+		if f.ring.len() >= 100_000 {
 			f.Apply(Encode(&Exported{Seq: f.appliedSeq}))
 		}
 	}
@@ -307,4 +307,47 @@ func BenchmarkUnmountFullSegment(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perSegment), "ns/object")
+}
+
+// BenchmarkEvictionChurn: batch puts of 128 objects into full segments,
+// each made room for by an eviction tick, as a cache under sustained writes
+// runs, with the export acknowledged at once or 250,000 entries behind.
+// Every evicted key leaves a tombstone kept KeySeqRetainMs (an hour), so
+// after b.N objects there are about b.N of them. max-apply-ms is the
+// longest single Apply: a pause every node takes at the same entry.
+func BenchmarkEvictionChurn(b *testing.B) {
+	for _, backlog := range []uint64{0, 250_000} {
+		b.Run(fmt.Sprintf("backlog%d", backlog), func(b *testing.B) {
+			const batch, objSize, capacity = 128, 4096, 200_000
+			f := New()
+			f.Apply(Encode(&MountSegment{NowMs: 1, ClientID: "bench", Segment: SegmentSpec{ID: "s", Name: "s", Base: 1 << 40, Size: capacity * objSize}}))
+			now := int64(2)
+			starts, ends := make([]Command, batch), make([]Command, batch)
+			var longest time.Duration
+			apply := func(cmd []byte) {
+				t0 := time.Now()
+				f.Apply(cmd)
+				longest = max(longest, time.Since(t0))
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i += batch {
+				now += 10
+				if f.EvictionDue() {
+					apply(Encode(&Tick{NowMs: now, Pings: []lease.Ping{{ClientID: "bench", AtMs: now}}, Evict: true}))
+				}
+				for j := range batch {
+					key := benchKey(i + j)
+					starts[j] = &PutStart{NowMs: now, Key: key, SliceLengths: []uint64{objSize}, ReplicaNum: 1, ClientID: "bench"}
+					ends[j] = &PutEnd{NowMs: now, Key: key, ClientID: "bench"}
+				}
+				apply(Encode(&Batch{Cmds: starts}))
+				apply(Encode(&Batch{Cmds: ends}))
+				if f.appliedSeq > backlog {
+					apply(Encode(&Exported{Seq: f.appliedSeq - backlog}))
+				}
+			}
+			b.ReportMetric(float64(longest.Microseconds())/1000, "max-apply-ms")
+			b.ReportMetric(float64(f.tombstones.Len()), "tombstones")
+		})
+	}
 }

@@ -113,7 +113,7 @@ func (f *FSM) releaseRemovals(c *ReleaseRemovals) Result {
 	d.direct = max(c.Direct, 1)
 	limit := c.Max
 	if cap := f.params.ExportRingCap; cap > 0 {
-		limit = min(limit, cap-min(cap, uint64(len(f.ring))))
+		limit = min(limit, cap-min(cap, uint64(f.ring.len())))
 	}
 	var n uint64
 	for ; n < limit && len(d.queue) > 0; n++ {

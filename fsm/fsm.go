@@ -132,7 +132,7 @@ type FSM struct {
 
 	objects    *btree.BTreeG[objItem]
 	tombstones *btree.BTreeG[tombstone]
-	ring       []ringEntry
+	ring       fifo[ringEntry]
 	deferral   deferral // bulk removals' REMOVEs waiting for the ring (deferred.go)
 	// replaced holds the old replicas of a size-changing upsert in
 	// progress, released at its UpsertEnd (or when the write goes).
@@ -150,7 +150,7 @@ type FSM struct {
 	indexNext  string
 	indexDone  bool
 	processing procIndex
-	tombQueue  []tombstone // in removal order: removedAtMs never decreases
+	tombQueue  fifo[tombstone] // in removal order: removedAtMs never decreases
 }
 
 // New returns an empty state with the default parameters.
@@ -232,10 +232,10 @@ func (f *FSM) advance(nowMs int64) {
 // exportFull reports whether client writes must be refused: the ring holds
 // its bound of entries etcd has not acknowledged (fail closed).
 func (f *FSM) exportFull() error {
-	if f.params.ExportRingCap > 0 && uint64(len(f.ring)) >= f.params.ExportRingCap {
+	if f.params.ExportRingCap > 0 && uint64(f.ring.len()) >= f.params.ExportRingCap {
 		return errcode.New(errcode.EtcdOperationError,
 			"%d OpLog entries are waiting for etcd (the bound is %d): etcd is unreachable or takes them slower than they come; writes are refused until the export catches up (moonraft_export_ring_entries)",
-			len(f.ring), f.params.ExportRingCap)
+			f.ring.len(), f.params.ExportRingCap)
 	}
 	return nil
 }
@@ -426,7 +426,7 @@ func (f *FSM) bury(key string, seq uint64) {
 	}
 	t := tombstone{key, seq, f.nowMs}
 	f.tombstones.ReplaceOrInsert(t)
-	f.tombQueue = append(f.tombQueue, t)
+	f.tombQueue.push(t)
 }
 
 // unbury takes the tombstone of a re-created key (keySeq 0 if none); its
@@ -437,12 +437,12 @@ func (f *FSM) unbury(key string) tombstone {
 }
 
 func (f *FSM) expireTombstones() {
-	i := 0
-	for ; i < len(f.tombQueue); i++ {
-		q := f.tombQueue[i]
-		if q.removedAtMs+f.params.KeySeqRetainMs > f.nowMs {
-			break
+	for {
+		q, ok := f.tombQueue.front()
+		if !ok || q.removedAtMs+f.params.KeySeqRetainMs > f.nowMs {
+			return
 		}
+		f.tombQueue.drop(1)
 		// The key may have been re-created and removed again since; only
 		// the tombstone this queue entry stands for is forgotten. One
 		// whose REMOVE still waits is kept: its export buries it anew.
@@ -453,7 +453,6 @@ func (f *FSM) expireTombstones() {
 			f.tombstones.Delete(t)
 		}
 	}
-	f.tombQueue = f.tombQueue[i:]
 }
 
 // member records (or, with no address, forgets) a member's client address.

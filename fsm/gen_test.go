@@ -160,8 +160,8 @@ func (g *gen) next(f *FSM) Command {
 		return c
 	default:
 		seq := f.appliedSeq
-		if n := len(f.ring); n > 0 {
-			seq = f.ring[0].seq - 1 + uint64(g.r.IntN(n+1))
+		if first, ok := f.ring.front(); ok {
+			seq = first.seq - 1 + uint64(g.r.IntN(f.ring.len()+1))
 		}
 		return &Exported{Seq: seq}
 	}

@@ -128,9 +128,13 @@ func (f *FSM) CheckInvariants() error {
 	if len(f.sessions) != f.deadlines.Len() {
 		return fmt.Errorf("%d sessions but %d deadlines", len(f.sessions), f.deadlines.Len())
 	}
-	for i, e := range f.ring {
-		if want := f.appliedSeq - uint64(len(f.ring)-1-i); e.seq != want {
-			return fmt.Errorf("export ring entry %d has seq %d, expected %d", i, e.seq, want)
+	i := 0
+	for _, run := range f.Ring().runs {
+		for _, e := range run {
+			if want := f.appliedSeq - uint64(f.ring.len()-1-i); e.seq != want {
+				return fmt.Errorf("export ring entry %d has seq %d, expected %d", i, e.seq, want)
+			}
+			i++
 		}
 	}
 	return f.deferral.check(f)

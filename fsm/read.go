@@ -201,7 +201,7 @@ func (f *FSM) Stats() Stats {
 		Processing:         f.processing.len(),
 		UsedBytes:          f.used,
 		CapacityBytes:      f.capacity,
-		RingLen:            len(f.ring),
+		RingLen:            f.ring.len(),
 		LeaderID:           f.leaderID,
 		LeaderAddr:         f.leaderAddr,
 		LeaderMooncakeAddr: f.leaderMooncakeAddr,

@@ -66,7 +66,7 @@ func (f *FSM) ReplayEntry(e oplog.Entry) (ReplayNote, error) {
 		return note, errcode.New(errcode.InvalidParams, "replay: entry %d: key_sequence_id is 0, sequences start at 1", e.SequenceID)
 	}
 	if f.replayDeferred(e) {
-		f.appliedSeq, f.ring = e.SequenceID, nil
+		f.appliedSeq, f.ring = e.SequenceID, fifo[ringEntry]{}
 		return note, nil
 	}
 	old, exists := f.getObject(e.Key)
@@ -96,7 +96,7 @@ func (f *FSM) ReplayEntry(e oplog.Entry) (ReplayNote, error) {
 	// etcd is written in seq order without gaps, so holding e means it holds
 	// every earlier entry: nothing in the ring (all ≤ e's seq) still needs
 	// exporting, and replayed entries are never added to it.
-	f.ring = nil
+	f.ring = fifo[ringEntry]{}
 	return note, nil
 }
 

@@ -30,44 +30,62 @@ func (r *ringEntry) entry() oplog.Entry {
 // Pending is a run of OpLog entries not yet exported, oldest first. It
 // shares the ring's memory, so it is cheap to take under the state's lock;
 // Entries builds the entries and can run outside it.
-type Pending struct{ es []ringEntry }
+type Pending struct {
+	runs [][]ringEntry
+	n    int
+}
+
+func pendingOf(runs [][]ringEntry) Pending {
+	p := Pending{runs: runs}
+	for _, r := range runs {
+		p.n += len(r)
+	}
+	return p
+}
 
 // Len is the number of entries.
-func (p Pending) Len() int { return len(p.es) }
+func (p Pending) Len() int { return p.n }
 
 // OldestMs is the command time of the oldest entry; ok is false for none.
 func (p Pending) OldestMs() (ms int64, ok bool) {
-	if len(p.es) == 0 {
+	if p.n == 0 {
 		return 0, false
 	}
-	return p.es[0].tsMs, true
+	return p.runs[0][0].tsMs, true
 }
 
 // Entries returns the entries, newly built.
 func (p Pending) Entries() []oplog.Entry {
-	out := make([]oplog.Entry, len(p.es))
-	for i := range p.es {
-		out[i] = p.es[i].entry()
-	}
+	out := make([]oplog.Entry, 0, p.n)
+	p.each(func(r *ringEntry) { out = append(out, r.entry()) })
 	return out
 }
 
+func (p Pending) each(fn func(*ringEntry)) {
+	for _, run := range p.runs {
+		for i := range run {
+			fn(&run[i])
+		}
+	}
+}
+
 // Ring returns the OpLog entries not yet acknowledged as exported.
-func (f *FSM) Ring() Pending { return Pending{f.ring[:len(f.ring):len(f.ring)]} }
+func (f *FSM) Ring() Pending { return pendingOf(f.ring.view(0, f.ring.len())) }
 
 // RingAfter returns up to max ring entries with seq > after.
 func (f *FSM) RingAfter(after uint64, max int) Pending {
-	r := f.ring
-	if len(r) == 0 || after >= r[len(r)-1].seq {
+	first, ok := f.ring.front()
+	if !ok {
 		return Pending{}
 	}
-	if first := r[0].seq; after >= first {
-		r = r[after-first+1:]
+	skip := 0
+	if after >= first.seq {
+		skip = int(after - first.seq + 1)
 	}
-	if len(r) > max {
-		r = r[:max]
+	if skip >= f.ring.len() {
+		return Pending{}
 	}
-	return Pending{r[:len(r):len(r)]}
+	return pendingOf(f.ring.view(skip, max))
 }
 
 // emit produces the next OpLog entry for key; a PUT_END's payload comes
@@ -76,6 +94,6 @@ func (f *FSM) emit(op oplog.OpType, key string, obj *object, keySeq uint64, src 
 	f.flushDeferred(key)
 	f.appliedSeq++
 	if f.params.ExportRingCap > 0 {
-		f.ring = append(f.ring, ringEntry{seq: f.appliedSeq, keySeq: keySeq, tsMs: f.nowMs, op: op, src: src, key: key, obj: obj})
+		f.ring.push(ringEntry{seq: f.appliedSeq, keySeq: keySeq, tsMs: f.nowMs, op: op, src: src, key: key, obj: obj})
 	}
 }

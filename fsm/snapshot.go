@@ -239,19 +239,21 @@ func (s *Snapshot) writeSections(w *snapshots.Writer) error {
 		}
 	}
 	section("ring", func() error {
-		for i := range s.ring.es {
-			en := s.ring.es[i].entry()
-			e.u64(en.SequenceID)
-			e.i64(en.TimestampMs)
-			e.u64(uint64(en.OpType))
-			e.str(en.Key)
-			e.str(en.Payload)
-			e.u64(uint64(en.Checksum))
-			e.u64(uint64(en.PrefixHash))
-			e.u64(en.KeySequenceID)
-			e.str(string(en.Source))
-			if err := rec(); err != nil {
-				return err
+		for _, run := range s.ring.runs {
+			for i := range run {
+				en := run[i].entry()
+				e.u64(en.SequenceID)
+				e.i64(en.TimestampMs)
+				e.u64(uint64(en.OpType))
+				e.str(en.Key)
+				e.str(en.Payload)
+				e.u64(uint64(en.Checksum))
+				e.u64(uint64(en.PrefixHash))
+				e.u64(en.KeySequenceID)
+				e.str(string(en.Source))
+				if err := rec(); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -718,10 +720,10 @@ func (rs *restorer) ringEntry(d *dec) error {
 		return err
 	}
 	f := rs.f
-	if n := len(f.ring); n > 0 && e.SequenceID != f.ring[n-1].seq+1 {
+	if last, ok := f.ring.back(); ok && e.SequenceID != last.seq+1 {
 		return corrupt("export ring has a gap before seq %d", e.SequenceID)
 	}
-	f.ring = append(f.ring, ringEntry{seq: e.SequenceID, restored: &e})
+	f.ring.push(ringEntry{seq: e.SequenceID, restored: &e})
 	return nil
 }
 
@@ -748,13 +750,17 @@ func (rs *restorer) finish() error {
 		f.used += s.size - a.free
 	}
 	f.segOrder = rs.segs
-	if n := len(f.ring); n > 0 && f.ring[n-1].seq != f.appliedSeq {
-		return corrupt("export ring ends at seq %d but applied seq is %d", f.ring[n-1].seq, f.appliedSeq)
+	if last, ok := f.ring.back(); ok && last.seq != f.appliedSeq {
+		return corrupt("export ring ends at seq %d but applied seq is %d", last.seq, f.appliedSeq)
 	}
+	byTime := make([]tombstone, 0, f.tombstones.Len())
 	f.tombstones.Ascend(func(t tombstone) bool {
-		f.tombQueue = append(f.tombQueue, t)
+		byTime = append(byTime, t)
 		return true
 	})
-	slices.SortStableFunc(f.tombQueue, func(a, b tombstone) int { return cmp.Compare(a.removedAtMs, b.removedAtMs) })
+	slices.SortStableFunc(byTime, func(a, b tombstone) int { return cmp.Compare(a.removedAtMs, b.removedAtMs) })
+	for _, t := range byTime {
+		f.tombQueue.push(t)
+	}
 	return nil
 }

@@ -35,7 +35,7 @@ func busyState(t testing.TB) *FSM {
 	put("z/gone", false, true, 1)
 	x.ok(&Remove{NowMs: x.now, Key: "z/gone", Force: true})
 	require.NotZero(t, f.tombstones.Len())
-	require.NotEmpty(t, f.ring)
+	require.NotZero(t, f.ring.len())
 	return f
 }
 
@@ -197,9 +197,10 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		}, errcode.FileReadFail},
 		{"bad ring checksum", func() []byte {
 			f := good()
-			last := f.ring[len(f.ring)-1].entry()
+			run := f.ring.view(f.ring.len()-1, 1)[0] // shares the ring's memory
+			last := run[0].entry()
 			last.Checksum++
-			f.ring = append(f.ring[:len(f.ring)-1:len(f.ring)-1], ringEntry{seq: last.SequenceID, restored: &last})
+			run[0] = ringEntry{seq: last.SequenceID, restored: &last}
 			return write(f)
 		}, errcode.ChecksumMismatch},
 		{"ring not ending at applied seq", func() []byte {

@@ -149,8 +149,6 @@ func (f *FSM) evict() uint64 {
 			freed += c.bytes
 		}
 	}
-	f.ring = slices.Grow(f.ring, len(victims))
-	f.tombQueue = slices.Grow(f.tombQueue, len(victims))
 	b := &bulk{}
 	for _, c := range victims {
 		f.dropObjectIn(c.key, c.obj, oplog.OpRemove, oplog.SourceEvict, b)
@@ -275,30 +273,17 @@ func (f *FSM) promote(c *Promote) Result {
 		f.deadlines.Set(id, lease.Extend(d, f.nowMs, f.params.ClientTTLMs))
 	}
 	if f.params.ExportRingCap == 0 {
-		f.ring = nil
+		f.ring = fifo[ringEntry]{}
 	}
 	return Result{}
 }
-
-// maxRingReserve bounds the capacity a fully exported ring starts its next
-// round with, so one large backlog does not pin a large array.
-const maxRingReserve = 8192
 
 func (f *FSM) exported(c *Exported) Result {
 	if c.Seq > f.appliedSeq {
 		return failed(errcode.InvalidParams, "exported seq %d is beyond the last produced seq %d", c.Seq, f.appliedSeq)
 	}
-	if len(f.ring) == 0 || c.Seq < f.ring[0].seq {
-		return Result{}
-	}
-	n := min(c.Seq-f.ring[0].seq+1, uint64(len(f.ring)))
-	if n == uint64(len(f.ring)) {
-		// Let the exported entries go (a snapshot may still hold the old
-		// slice), but start the next round at this round's size: growing
-		// from nil by doubling copied every entry about twice.
-		f.ring = make([]ringEntry, 0, min(n, maxRingReserve))
-	} else {
-		f.ring = f.ring[n:]
+	if first, ok := f.ring.front(); ok && c.Seq >= first.seq {
+		f.ring.drop(int(c.Seq - first.seq + 1))
 	}
 	return Result{}
 }
