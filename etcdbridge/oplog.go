@@ -281,9 +281,20 @@ func (s *Store) CleanupOpLogBefore(ctx context.Context, seq uint64) (int64, erro
 	if err != nil || min == 0 || min >= seq {
 		return 0, err
 	}
-	resp, err := s.c.Delete(ctx, s.EntryKey(min), clientv3.WithRange(s.EntryKey(seq)))
+	return s.DeleteOpLogRange(ctx, min, seq)
+}
+
+// DeleteOpLogRange deletes the entries from seq from to before (exclusive)
+// in one transaction; those already gone are skipped. etcd applies one
+// transaction at a time, so a range of millions of entries holds up every
+// other writer for seconds: delete in chunks beside other work.
+func (s *Store) DeleteOpLogRange(ctx context.Context, from, before uint64) (int64, error) {
+	if from >= before {
+		return 0, nil
+	}
+	resp, err := s.c.Delete(ctx, s.EntryKey(from), clientv3.WithRange(s.EntryKey(before)))
 	if err != nil {
-		return 0, opErr(err, "oplog: delete entries %d..%d", min, seq-1)
+		return 0, opErr(err, "oplog: delete entries %d..%d", from, before-1)
 	}
 	return resp.Deleted, nil
 }

@@ -23,6 +23,17 @@ func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, etcdCallTimeout)
 }
 
+// etcdCall runs one call to etcd within etcdCallTimeout and counts it in
+// the metrics under op.
+func (n *Node) etcdCall(ctx context.Context, op string, call func(context.Context) error) error {
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	err := call(cctx)
+	n.metrics.observeEtcd(op, start, err)
+	return err
+}
+
 // snapshotDone reports a persisted Raft snapshot and the OpLog seq it covers.
 type snapshotDone struct {
 	id  string
@@ -108,7 +119,8 @@ func (n *Node) exportLoop(ctx context.Context) {
 		latest    uint64
 		known     bool
 		backoff   = newBackoff(50*time.Millisecond, 2*time.Second)
-		pending   []snapshotDone
+		clean     = &oplogCleanup{n: n}
+		written   int // entries exported since the cleanup's last step
 		lastWrite time.Time
 		proposed  uint64 // the last Exported proposed
 		proposeAt time.Time
@@ -124,13 +136,17 @@ func (n *Node) exportLoop(ctx context.Context) {
 		}
 	}
 	for ctx.Err() == nil {
+		select {
+		case s := <-n.snapCh:
+			clean.add(s)
+		default:
+		}
 		if !known {
-			cctx, cancel := callCtx(ctx)
-			start := time.Now()
-			l, err := n.etcd.Latest(cctx)
-			n.metrics.observeEtcd("latest", start, err)
-			cancel()
-			if err != nil {
+			var l uint64
+			if err := n.etcdCall(ctx, "latest", func(ctx context.Context) (err error) {
+				l, err = n.etcd.Latest(ctx)
+				return err
+			}); err != nil {
 				n.log.Warn("etcd unreachable, export waits", "error", err)
 				n.pacer.failed(err)
 				backoff.wait(ctx)
@@ -151,11 +167,9 @@ func (n *Node) exportLoop(ctx context.Context) {
 			continue
 		}
 		if len(batch) > 0 {
-			cctx, cancel := callCtx(ctx)
-			start := time.Now()
-			err := n.etcd.WriteOpLogBatch(cctx, latest, batch, values)
-			n.metrics.observeEtcd("oplog_write", start, err)
-			cancel()
+			err := n.etcdCall(ctx, "oplog_write", func(ctx context.Context) error {
+				return n.etcd.WriteOpLogBatch(ctx, latest, batch, values)
+			})
 			var fenced *etcdbridge.FencedError
 			switch {
 			case errors.As(err, &fenced):
@@ -179,8 +193,17 @@ func (n *Node) exportLoop(ctx context.Context) {
 				propose()
 			}
 		}
-		pending = n.cleanup(ctx, latest, pending)
 		if len(batch) > 0 {
+			// Under load a chunk of cleanup per half a chunk exported:
+			// cleanup catches up at twice the write rate, and etcd is
+			// never held long by one delete.
+			if written += len(batch); written >= cleanupChunk/2 {
+				clean.step(ctx, latest)
+				written = 0
+			}
+			continue
+		}
+		if clean.step(ctx, latest) {
 			continue
 		}
 		n.pacer.idle()
@@ -188,7 +211,7 @@ func (n *Node) exportLoop(ctx context.Context) {
 		case <-ctx.Done():
 		case <-n.ringCh:
 		case s := <-n.snapCh:
-			pending = append(pending, s)
+			clean.add(s)
 		}
 	}
 }
@@ -232,42 +255,6 @@ func (n *Node) linger(ctx context.Context, full func() bool) {
 			}
 		}
 	}
-}
-
-// cleanup records every persisted snapshot whose seq etcd already holds and
-// deletes the OpLog before seq − OplogRetain, bounding etcd's size while a
-// lagging watcher can still resume. It returns the snapshots still waiting.
-func (n *Node) cleanup(ctx context.Context, latest uint64, pending []snapshotDone) []snapshotDone {
-	var rest []snapshotDone
-	for _, s := range pending {
-		if s.seq > latest {
-			rest = append(rest, s)
-			continue
-		}
-		cctx, cancel := callCtx(ctx)
-		start := time.Now()
-		err := n.etcd.RecordSnapshotSequenceId(cctx, s.id, s.seq)
-		n.metrics.observeEtcd("snapshot_seq", start, err)
-		cancel()
-		if err != nil {
-			n.log.Warn("snapshot sequence id not recorded", "snapshot", s.id, "error", err)
-			rest = append(rest, s)
-			continue
-		}
-		if s.seq > n.cfg.OplogRetain {
-			cctx, cancel := callCtx(ctx)
-			start := time.Now()
-			deleted, err := n.etcd.CleanupOpLogBefore(cctx, s.seq-n.cfg.OplogRetain)
-			n.metrics.observeEtcd("cleanup", start, err)
-			cancel()
-			if err != nil {
-				n.log.Warn("OpLog cleanup failed", "before", s.seq-n.cfg.OplogRetain, "error", err)
-				continue
-			}
-			n.log.Info("OpLog cleaned up", "snapshot", s.id, "snapshot_seq", s.seq, "deleted", deleted)
-		}
-	}
-	return rest
 }
 
 // renewalLoop writes the lease renewals of the last second to

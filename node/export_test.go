@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -208,6 +209,48 @@ func TestExportCleanupAfterSnapshot(t *testing.T) {
 	require.True(t, ok, "snapshot %s recorded", meta.ID)
 	assert.Equal(t, s, recorded)
 	assert.Len(t, readAll(t, store), 6, "seqs S-5..S")
+}
+
+// TestExportCleanupInChunks: a snapshot covering several chunks' worth of
+// entries has them deleted a chunk per etcd call, not in one transaction
+// that would hold etcd for as long as millions take.
+func TestExportCleanupInChunks(t *testing.T) {
+	e := testEtcd(t)
+	c := newCluster(t, 3, time.Hour, withEtcd(e), func(c *Config) { c.OplogRetain = 5 })
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	const batch = 512
+	now := time.Now().UnixMilli()
+	for i := 0; i < 3*cleanupChunk; i += batch {
+		starts, ends := make([]fsm.Command, batch), make([]fsm.Command, batch)
+		for j := range batch {
+			key := fmt.Sprintf("k%06d", i+j)
+			starts[j] = &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{1024}, ReplicaNum: 1, ClientID: "c1"}
+			ends[j] = &fsm.PutEnd{NowMs: now, Key: key, ClientID: "c1"}
+		}
+		mustPropose(t, nd, &fsm.Batch{Cmds: starts})
+		mustPropose(t, nd, &fsm.Batch{Cmds: ends})
+	}
+	store := etcdbridge.New(nd.etcd.Client(), e)
+	s := nd.Status().AppliedSeq
+	require.GreaterOrEqual(t, s, uint64(3*cleanupChunk))
+	require.Eventually(t, func() bool { l, _ := store.Latest(context.Background()); return l == s }, 30*time.Second, 10*time.Millisecond)
+	cleanupCalls := func() float64 {
+		const name = `moonraft_etcd_txn_duration_seconds_count{op="cleanup"}`
+		if body := scrape(t, nd); strings.Contains(body, name) {
+			return metricValue(t, body, name)
+		}
+		return 0
+	}
+	before := cleanupCalls()
+	require.NoError(t, nd.raft.Snapshot().Error())
+	require.Eventually(t, func() bool {
+		min, err := store.GetMinSequenceId(context.Background())
+		return err == nil && min == s-5
+	}, 30*time.Second, 10*time.Millisecond, "cleanup did not leave exactly the retained tail")
+	calls := cleanupCalls() - before
+	chunks := (s - 5 - 1 + cleanupChunk - 1) / cleanupChunk
+	assert.GreaterOrEqual(t, calls, float64(chunks), "%d entries deleted in %v calls", s-6, calls)
 }
 
 // TestMasterViewAndFollower: the leader publishes master_view with its
