@@ -41,6 +41,7 @@ type config struct {
 	plotOut      string
 	verbose      bool
 	profileDir   string
+	nodeFlags    []string // with --local: more flags for every node
 	fromJSON     string
 	watchFor     time.Duration
 	scale        []int // object counts to fill to, in turn
@@ -101,9 +102,11 @@ func parse(args []string) (config, error) {
 	scale := fs.String("scale", "", "with --local: fill the cluster to each of these object counts in turn (comma-separated, ascending) and measure memory, snapshots, idle clients, a failover, a restart and a join at each")
 	fs.IntVar(&c.scaleClients, "scale-clients", 1000, "with --scale: clients mounted (one segment each) and pinging every second")
 	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of every node for every measured step into this directory (with --scale: a heap profile of every node at every size)")
+	nodeFlags := fs.String("node-flags", "", "with --local: more flags for every node, space-separated (\"--heap-headroom 1\", say)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	c.nodeFlags = strings.Fields(*nodeFlags)
 	c.endpoints = listflag.Split(*endpoints)
 	c.workloads = listflag.Split(*workloads)
 	c.readModes = listflag.Split(*readModes)
@@ -164,6 +167,8 @@ func parse(args []string) (config, error) {
 		return c, fmt.Errorf("--scale-clients must be at least %d", scaleWriters)
 	case c.profileDir != "" && !c.local:
 		return c, fmt.Errorf("--profile needs --local")
+	case len(c.nodeFlags) > 0 && !c.local:
+		return c, fmt.Errorf("--node-flags needs --local")
 	case c.failover > 0 && !c.local:
 		return c, fmt.Errorf("--failover needs --local (it kills and restarts nodes)")
 	case c.batch < 1:

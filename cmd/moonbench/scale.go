@@ -52,6 +52,7 @@ type scaleNode struct {
 	Role          string  `json:"role"`
 	RSSBytes      float64 `json:"rss_bytes"`
 	HeapBytes     float64 `json:"heap_inuse_bytes"`
+	LiveBytes     float64 `json:"heap_live_bytes"` // marked live by the last collection
 	SnapshotBytes float64 `json:"snapshot_bytes"`
 	SnapshotSecs  float64 `json:"snapshot_secs"` // mean of the snapshots written in the window
 }
@@ -241,7 +242,8 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 		if p == l {
 			role = "leader"
 		}
-		r.Nodes = append(r.Nodes, scaleNode{ID: p.ID, Role: role, RSSBytes: gauge(m, "process_resident_memory_bytes"), HeapBytes: gauge(m, "go_memstats_heap_inuse_bytes")})
+		r.Nodes = append(r.Nodes, scaleNode{ID: p.ID, Role: role, RSSBytes: gauge(m, "process_resident_memory_bytes"),
+			HeapBytes: gauge(m, "go_memstats_heap_inuse_bytes"), LiveBytes: gauge(m, "go_gc_heap_live_bytes")})
 		if s.cfg.profileDir != "" {
 			path := filepath.Join(s.cfg.profileDir, fmt.Sprintf("scale-%d-%s-%s.heap", n, p.ID, role))
 			if err := savePprof(ctx, p, "heap", path); err != nil {
@@ -289,8 +291,10 @@ func (s *scaleRun) fill(ctx context.Context, n uint64) (failures int64, err erro
 					items[i] = client.PutStartItem{Key: fmt.Sprintf("scale/%010d", first+uint64(i)), SliceLengths: []uint64{scaleObject},
 						Config: client.ReplicateConfig{ReplicaNum: 1}, ClientID: owner}
 				}
-				if ok := s.putBatch(fctx, owner, items); ok < 0 {
-					failed.Add(1)
+				if ok, err := s.putBatch(fctx, owner, items); err != nil {
+					if failed.Add(1) <= 5 {
+						progressf("a fill call failed: %v", err)
+					}
 					time.Sleep(100 * time.Millisecond)
 				} else {
 					s.filled.Add(uint64(ok))
@@ -318,14 +322,14 @@ func (s *scaleRun) fill(ctx context.Context, n uint64) (failures int64, err erro
 	}
 }
 
-// putBatch starts and ends items, answering how many were written (-1
-// when a call failed as a whole).
-func (s *scaleRun) putBatch(ctx context.Context, owner string, items []client.PutStartItem) int {
+// putBatch starts and ends items, answering how many were written, or
+// the error of a call that failed as a whole.
+func (s *scaleRun) putBatch(ctx context.Context, owner string, items []client.PutStartItem) (int, error) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	rs, err := s.lc.cl.BatchPutStart(cctx, items)
 	if err != nil {
-		return -1
+		return 0, err
 	}
 	keys := make([]string, 0, len(items))
 	for i, r := range rs {
@@ -334,11 +338,11 @@ func (s *scaleRun) putBatch(ctx context.Context, owner string, items []client.Pu
 		}
 	}
 	if len(keys) == 0 {
-		return 0
+		return 0, nil
 	}
 	errs, err := s.lc.cl.BatchPutEnd(cctx, owner, keys)
 	if err != nil {
-		return -1
+		return 0, err
 	}
 	ok := 0
 	for _, e := range errs {
@@ -346,7 +350,7 @@ func (s *scaleRun) putBatch(ctx context.Context, owner string, items []client.Pu
 			ok++
 		}
 	}
-	return ok
+	return ok, nil
 }
 
 func (s *scaleRun) sample(ctx context.Context, objects uint64) scaleSample {
@@ -603,7 +607,7 @@ func (s *scaleRun) churn(ctx context.Context) (stop func(), churned *atomic.Int6
 					keys[j] = fmt.Sprintf("scale-churn/%d/%d", w, j)
 					items[j] = client.PutStartItem{Key: keys[j], SliceLengths: []uint64{scaleObject}, Config: client.ReplicateConfig{ReplicaNum: 1}, ClientID: owner}
 				}
-				if s.putBatch(ctx, owner, items) < 0 {
+				if _, err := s.putBatch(ctx, owner, items); err != nil {
 					time.Sleep(100 * time.Millisecond)
 					continue
 				}
@@ -692,6 +696,7 @@ func (s *scaleRun) join(ctx context.Context, r *scaleResult) error {
 	}
 	j.Args = []string{"--id", j.ID, "--data-dir", j.DataDir, "--raft-addr", j.RaftAddr, "--grpc-addr", j.GRPCAddr,
 		"--http-addr", j.HTTPAddr, "--join", l.GRPCAddr, "--etcd-endpoints", strings.Join(s.lc.etcdP.endpoints(), ","), "--log-level", "warn"}
+	j.Args = append(j.Args, s.cfg.nodeFlags...)
 	progressf("joining a fresh node")
 	t0 := time.Now()
 	if err := j.Start(); err != nil {
@@ -716,10 +721,10 @@ func (s *scaleRun) join(ctx context.Context, r *scaleResult) error {
 
 func (r *scaleResult) print(w io.Writer) {
 	fmt.Fprintf(w, "\n%d objects, %d clients (filled in %.0f s, %d failed calls)\n", r.Objects, r.Clients, r.FillSecs, r.FillFailures)
-	fmt.Fprintf(w, "  %-4s %-8s %10s %9s %10s %9s %12s %9s\n", "node", "role", "RSS MB", "B/object", "heap MB", "B/object", "snapshot MB", "save s")
+	fmt.Fprintf(w, "  %-4s %-8s %10s %9s %10s %9s %10s %9s %12s %9s\n", "node", "role", "RSS MB", "B/object", "heap MB", "B/object", "live MB", "B/object", "snapshot MB", "save s")
 	for _, n := range r.Nodes {
-		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
-			n.HeapBytes/1e6, n.HeapBytes/float64(r.Objects), n.SnapshotBytes/1e6, n.SnapshotSecs)
+		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
+			n.HeapBytes/1e6, n.HeapBytes/float64(r.Objects), n.LiveBytes/1e6, n.LiveBytes/float64(r.Objects), n.SnapshotBytes/1e6, n.SnapshotSecs)
 	}
 	fmt.Fprintf(w, "  write p99 %.1f ms outside snapshots, %.1f ms during one (%d writes)\n", r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap)
 	fmt.Fprintf(w, "  idle: Raft log %.0f B/s (%.1f entries/s), leader CPU %.2f cores, etcd %.1f txns/s %.0f B/s\n",

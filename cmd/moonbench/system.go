@@ -157,6 +157,7 @@ func startLocal(ctx context.Context, cfg config, v variant) (*localCluster, erro
 		if cfg.profileDir != "" {
 			p.Args = append(p.Args, "--pprof")
 		}
+		p.Args = append(p.Args, cfg.nodeFlags...)
 		if cfg.verbose {
 			p.Output = os.Stderr
 		}
