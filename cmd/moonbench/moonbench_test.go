@@ -61,6 +61,8 @@ func TestParse(t *testing.T) {
 		{[]string{"--local", "--scale", "0"}, `"0" is not a positive count`},
 		{[]string{"--endpoints", "a:1", "--scale", "1000"}, "--scale needs --local"},
 		{[]string{"--local", "--scale", "1000", "--scale-clients", "2"}, "--scale-clients must be at least 8"},
+		{[]string{"--local", "--node-flags", "--heap-headroom 1"}, ""},
+		{[]string{"--endpoints", "a:1", "--node-flags", "--heap-headroom 1"}, "--node-flags needs --local"},
 	}
 	for _, tt := range tests {
 		_, err := parse(tt.args)

@@ -93,6 +93,8 @@ type scaleReport struct {
 	Date    string        `json:"date"`
 	Args    string        `json:"args"`
 	Sizes   []scaleResult `json:"sizes"`
+	// Departure is measured once, after the largest size.
+	Departure *departureResult `json:"departure,omitempty"`
 	Samples []scaleSample `json:"samples"`
 }
 
@@ -144,6 +146,10 @@ func runScale(ctx context.Context, cfg config, args string) error {
 		s.rep.Sizes = append(s.rep.Sizes, *r)
 		r.print(os.Stdout)
 	}
+	if s.rep.Departure, err = s.departure(ctx); err != nil {
+		return err
+	}
+	s.rep.Departure.print(os.Stdout)
 	if cfg.jsonOut != "" {
 		b, err := json.MarshalIndent(s.rep, "", "  ")
 		if err != nil {
@@ -512,6 +518,19 @@ func (p *probe) firstAnsweredAfter(t time.Time) float64 {
 		}
 	}
 	return 0
+}
+
+// written is how many put pairs the probe has had answered OK.
+func (p *probe) written() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n uint64
+	for _, o := range p.obs {
+		if o.ok {
+			n++
+		}
+	}
+	return n
 }
 
 func (p *probe) finish() []probeObs {

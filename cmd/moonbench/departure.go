@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+)
+
+// departureResult is what the departure of half the clients at once cost
+// (issue 41): their sessions' expiry, the removal of their objects at the
+// export's pace, and a probe's writes meanwhile.
+type departureResult struct {
+	Clients        int     `json:"clients"` // stopped pinging at once
+	ObjectsBefore  uint64  `json:"objects_before"`
+	ObjectsRemoved uint64  `json:"objects_removed"`
+	ExpiredSecs    float64 `json:"expired_secs"`  // last ping to every one of their sessions gone
+	ExportedSecs   float64 `json:"exported_secs"` // to etcd holding every REMOVE
+	ProbeWrites    int     `json:"probe_writes"`
+	ProbeFailed    int     `json:"probe_failed"`
+	ProbeP99Ms     float64 `json:"probe_p99_ms"`
+	ProbeMaxMs     float64 `json:"probe_max_ms"`
+	OthersExpired  int     `json:"others_expired"` // sessions of clients still pinging that expired
+}
+
+// departure stops the pings of the second half of the clients at once,
+// as when a rack of inference hosts goes away, and follows the leader
+// until their sessions have expired and etcd holds the REMOVE of every
+// object that lived in their segments, while a probe writes. The fill's
+// owners and the probe's are in the first half.
+func (s *scaleRun) departure(ctx context.Context) (*departureResult, error) {
+	leaving := s.clients[len(s.clients)/2:]
+	stay := len(s.clients) - len(leaving)
+	l, err := s.lc.leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	before, err := s.lc.cl.Progress(ctx, l.GRPCAddr)
+	if err != nil {
+		return nil, err
+	}
+	r := &departureResult{Clients: len(leaving), ObjectsBefore: before.Objects}
+	pr, err := s.startProbe(ctx, "departure")
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(2 * time.Second)
+	progressf("departure: %d of %d clients stop pinging at once", len(leaving), len(s.clients))
+	t0 := time.Now()
+	for _, c := range leaving {
+		c.keeper.Stop()
+	}
+	var (
+		last   time.Time
+		target uint64 // the OpLog seq of the last REMOVE, once known
+	)
+	for {
+		st, err := s.lc.cl.Progress(ctx, l.GRPCAddr)
+		if err != nil {
+			pr.finish()
+			return nil, fmt.Errorf("departure: the leader's status: %w", err)
+		}
+		if r.ExpiredSecs == 0 && st.Sessions <= uint64(stay) {
+			r.ExpiredSecs = time.Since(t0).Seconds()
+			r.OthersExpired = stay - int(st.Sessions)
+		}
+		// Once the sessions are gone and no REMOVE waits to enter the
+		// ring, every one of them has a seq at or below the applied one.
+		if target == 0 && r.ExpiredSecs > 0 && st.ExportDeferred == 0 {
+			target = st.AppliedSeq
+		}
+		done := target > 0 && st.ExportedSeq >= target
+		if done || time.Since(last) >= scaleSampleGap {
+			progressf("departure: %.0f s, %d sessions, %d objects, %d removals deferred, export backlog %d",
+				time.Since(t0).Seconds(), st.Sessions, st.Objects, st.ExportDeferred, st.AppliedSeq-st.ExportedSeq)
+			last = time.Now()
+		}
+		if done {
+			r.ExportedSecs = time.Since(t0).Seconds()
+			r.ObjectsRemoved = before.Objects + pr.written() - min(before.Objects+pr.written(), st.Objects)
+			break
+		}
+		if time.Since(t0) > 10*time.Minute {
+			pr.finish()
+			return nil, fmt.Errorf("departure: not done after 10 minutes (%d sessions, %d removals deferred)", st.Sessions, st.ExportDeferred)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var lat []float64
+	for _, o := range pr.finish() {
+		if o.at.Before(t0) {
+			continue
+		}
+		r.ProbeWrites++
+		if !o.ok {
+			r.ProbeFailed++
+		}
+		ms := float64(o.lat.Microseconds()) / 1000
+		lat = append(lat, ms)
+		r.ProbeMaxMs = max(r.ProbeMaxMs, ms)
+	}
+	r.ProbeP99Ms = percentile(lat, 0.99)
+	return r, nil
+}
+
+func (r *departureResult) print(w io.Writer) {
+	fmt.Fprintf(w, "\n%d of the clients stop pinging at once, with %d objects\n", r.Clients, r.ObjectsBefore)
+	fmt.Fprintf(w, "  their sessions expired within %.1f s (%d of the others' expired); %d objects removed, etcd held every REMOVE %.1f s after the last ping\n",
+		r.ExpiredSecs, r.OthersExpired, r.ObjectsRemoved, r.ExportedSecs)
+	fmt.Fprintf(w, "  a probe's put pairs meanwhile: %d, %d failed, p99 %.1f ms, slowest %.1f ms\n", r.ProbeWrites, r.ProbeFailed, r.ProbeP99Ms, r.ProbeMaxMs)
+}
