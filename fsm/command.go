@@ -147,6 +147,15 @@ type Tick struct {
 	Renewals []lease.Renewal
 	Pings    []lease.Ping
 	Evict    bool
+	// ExpireMax bounds the objects the tick's expired sessions hold: once
+	// they reach it, sessions past their deadline wait for the next tick,
+	// and all of the tick's REMOVEs count as one bulk removal. A tick is
+	// one apply under the state's lock, and pings wait for it: 5,000
+	// clients gone at once, 1.5 million objects, held it for many seconds
+	// and every other client's session expired too. 0 is the earlier rule
+	// (every expired session at once, a bulk removal each), and is not
+	// written, so a tick without it decodes on an older release.
+	ExpireMax uint64
 }
 
 // Promote is the one-time cleanup a new leader proposes before serving. It
@@ -404,6 +413,9 @@ func (c *Tick) encode(e *enc) {
 		e.i64(p.AtMs)
 	}
 	e.bool(c.Evict)
+	if c.ExpireMax > 0 {
+		e.u64(c.ExpireMax)
+	}
 }
 
 func (c *Tick) decode(d *dec) {
@@ -421,6 +433,11 @@ func (c *Tick) decode(d *dec) {
 		}
 	}
 	c.Evict = d.bool()
+	if d.Remaining() > 0 {
+		if c.ExpireMax = d.u64(); c.ExpireMax == 0 && d.err() == nil {
+			d.Fail("expiry bound written as 0")
+		}
+	}
 }
 
 func (c *Promote) encode(e *enc) {

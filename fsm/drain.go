@@ -53,7 +53,7 @@ func (f *FSM) drainSegments(c *DrainSegments) Result {
 	if len(done) == 0 {
 		return Result{}
 	}
-	return Result{Removed: f.dropSegments(done, oplog.SourceUnmountSegment)}
+	return Result{Removed: f.dropSegments(done, oplog.SourceUnmountSegment, &bulk{})}
 }
 
 // busySegments are the draining segments holding a buffer that a reader

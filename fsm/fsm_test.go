@@ -392,6 +392,54 @@ func TestClientExpiryOrderAndPings(t *testing.T) {
 	assert.Equal(t, uint64(0), x.f.capacity)
 }
 
+// TestExpiryBounded: a tick with ExpireMax expires sessions in deadline
+// order until their segments have held that many objects, leaves the rest
+// past their deadline for the next tick, and counts all of its REMOVEs as
+// one bulk removal; without it every expired session goes at once, a bulk
+// removal each.
+func TestExpiryBounded(t *testing.T) {
+	tests := []struct {
+		name      string
+		max       uint64
+		removed   []uint64 // by each tick
+		ringAdded int      // REMOVEs in the ring after the first tick (Direct 4)
+	}{
+		{"unbounded", 0, []uint64{9}, 9},
+		{"a session a tick", 3, []uint64{3, 3, 3}, 3},
+		{"two sessions a tick", 4, []uint64{6, 3}, 4},
+		{"all in one bulk", 100, []uint64{9}, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newH(t)
+			x.ok(&ReleaseRemovals{NowMs: x.now, Direct: 4})
+			for i, c := range []string{"c1", "c2", "c3"} {
+				x.mount(c, "s"+c, uint64(i)<<20, 1000)
+				for k := range 3 {
+					x.ok(&PutStart{NowMs: x.now, Key: fmt.Sprintf("%s/%d", c, k), SliceLengths: []uint64{10}, ReplicaNum: 1, PreferredSegment: "name-s" + c, ClientID: c})
+					x.ok(&PutEnd{NowMs: x.now, Key: fmt.Sprintf("%s/%d", c, k), ClientID: c})
+				}
+				x.now++ // c1's deadline is the earliest
+			}
+			before := len(entries(x.f))
+			x.now += x.f.params.ClientTTLMs
+			for i, want := range tt.removed {
+				r := x.ok(&Tick{NowMs: x.now, ExpireMax: tt.max})
+				assert.Equal(t, want, r.Removed, "tick %d", i)
+				if i == 0 {
+					assert.Len(t, entries(x.f), before+tt.ringAdded, "REMOVEs in the ring after the first tick")
+					if tt.max == 3 {
+						assert.False(t, x.f.HasSession("c1"))
+						assert.True(t, x.f.HasSession("c2"), "past its deadline, left for the next tick")
+					}
+				}
+			}
+			assert.Zero(t, x.f.Stats().Sessions)
+			assert.Zero(t, x.f.Stats().Objects)
+		})
+	}
+}
+
 func TestPromote(t *testing.T) {
 	x := newH(t)
 	x.mount("c1", "s1", 0, 1000)
@@ -520,6 +568,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		&RemoveByRegex{NowMs: 8, Regex: "^k", Force: true},
 		&RemoveAll{NowMs: 9, Force: true},
 		&Tick{NowMs: -10, Renewals: []lease.Renewal{{Key: "k", AtMs: 3}}, Pings: []lease.Ping{{ClientID: "c", AtMs: 4}}, Evict: true},
+		&Tick{NowMs: 10, ExpireMax: 16384},
 		&Promote{NowMs: 11, LeaderID: "n1", LeaderAddr: "127.0.0.1:7100", Term: 3, Params: DefaultParams()},
 		&Promote{NowMs: 11, LeaderID: "n1", LeaderAddr: "127.0.0.1:7100", Term: 3, Params: DefaultParams(), MooncakeAddr: "127.0.0.1:50051"},
 		&Exported{Seq: 12},

@@ -15,6 +15,7 @@ func commandSeeds() [][]byte {
 		Encode(&PutStart{NowMs: 2, Key: "k", SliceLengths: []uint64{10, 20}, ReplicaNum: 2, SoftPin: true, ClientID: "c"}),
 		Encode(&PutEnd{NowMs: 3, Key: "k", ClientID: "c"}),
 		Encode(&Tick{NowMs: 4, Renewals: []lease.Renewal{{Key: "k", AtMs: 4}}, Pings: []lease.Ping{{ClientID: "c", AtMs: 4}}, Evict: true}),
+		Encode(&Tick{NowMs: 4, ExpireMax: 3}),
 		Encode(&Promote{NowMs: 5, LeaderID: "n1", Term: 2, Params: DefaultParams()}),
 		Encode(&RemountSegments{NowMs: 6, ClientID: "c", Segments: []SegmentSpec{{ID: "s", Name: "n", Size: 1}}}),
 		Encode(&RemoveByRegex{NowMs: 7, Regex: "^k", Force: true}),

@@ -165,13 +165,13 @@ func (f *FSM) unmountSegment(c *UnmountSegment) Result {
 	if err := f.exportFull(); err != nil {
 		return Result{Err: err}
 	}
-	return Result{Removed: f.dropSegments([]*segment{s}, oplog.SourceUnmountSegment)}
+	return Result{Removed: f.dropSegments([]*segment{s}, oplog.SourceUnmountSegment, &bulk{})}
 }
 
 // dropSegments unmounts segs: replicas with a buffer on one of them go, and
-// objects left without replicas are removed and exported with src. It
-// visits the objects on segs only (segment.objs).
-func (f *FSM) dropSegments(segs []*segment, src oplog.Source) (removed uint64) {
+// objects left without replicas are removed and exported with src, as part
+// of bulk removal b. It visits the objects on segs only (segment.objs).
+func (f *FSM) dropSegments(segs []*segment, src oplog.Source, b *bulk) (removed uint64) {
 	gone := make(map[*segment]bool, len(segs))
 	for _, s := range segs {
 		gone[s] = true
@@ -193,11 +193,10 @@ func (f *FSM) dropSegments(segs []*segment, src oplog.Source) (removed uint64) {
 		o, _ := f.getObject(k)
 		changes = append(changes, change{k, o})
 	}
-	b := &bulk{}
 	for _, ch := range changes {
 		var keep, lost []replica
 		for _, r := range ch.obj.replicas {
-			if slices.ContainsFunc(r.buffers, func(b buffer) bool { return gone[b.seg] }) {
+			if slices.ContainsFunc(r.buffers, func(buf buffer) bool { return gone[buf.seg] }) {
 				lost = append(lost, r)
 			} else {
 				keep = append(keep, r)

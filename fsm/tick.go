@@ -40,7 +40,7 @@ func (f *FSM) tick(c *Tick) Result {
 		}
 	}
 	var res Result
-	res.Removed = f.expireSessions()
+	res.Removed = f.expireSessions(c.ExpireMax)
 	res.Removed += f.reclaimStalePuts()
 	f.releaseDiscarded()
 	f.expireTombstones()
@@ -51,10 +51,15 @@ func (f *FSM) tick(c *Tick) Result {
 	return res
 }
 
-// expireSessions ends every session whose deadline has passed, in deadline
-// order (ties by client id), unmounting its segments.
-func (f *FSM) expireSessions() (removed uint64) {
-	for {
+// expireSessions ends the sessions whose deadline has passed, in deadline
+// order (ties by client id), unmounting their segments: all of them if max
+// is 0, else until their segments have held max objects (Tick.ExpireMax).
+func (f *FSM) expireSessions(max uint64) (removed uint64) {
+	var shared *bulk
+	if max > 0 {
+		shared = &bulk{}
+	}
+	for held := uint64(0); max == 0 || held < max; {
 		id, d, ok := f.deadlines.Peek()
 		if !ok || lease.Active(d, f.nowMs) {
 			return removed
@@ -62,10 +67,19 @@ func (f *FSM) expireSessions() (removed uint64) {
 		f.deadlines.Pop()
 		s := f.sessions[id]
 		delete(f.sessions, id) // first, so dropSegments leaves s.segments alone
-		if len(s.segments) > 0 {
-			removed += f.dropSegments(s.segments, oplog.SourceClientExpired)
+		if len(s.segments) == 0 {
+			continue
 		}
+		for _, seg := range s.segments {
+			held += uint64(len(seg.objs))
+		}
+		b := shared
+		if b == nil {
+			b = &bulk{}
+		}
+		removed += f.dropSegments(s.segments, oplog.SourceClientExpired, b)
 	}
+	return removed
 }
 
 // reclaimStalePuts drops PROCESSING objects older than PutStartReleaseMs:

@@ -179,7 +179,7 @@ func (n *Node) tick(ctx context.Context, flush bool) (fsm.Result, error) {
 	}
 	n.noteRenewed(renewals)
 	start := time.Now()
-	r, err := n.apply(ctx, &fsm.Tick{NowMs: now, Renewals: renewals, Pings: pings, Evict: evict})
+	r, err := n.apply(ctx, &fsm.Tick{NowMs: now, Renewals: renewals, Pings: pings, Evict: evict, ExpireMax: expireMax})
 	n.metrics.tickDur.Observe(time.Since(start).Seconds())
 	if err != nil || !drain {
 		return r, err
@@ -192,6 +192,13 @@ func (n *Node) tick(ctx context.Context, flush bool) (fsm.Result, error) {
 	r.Removed += d.Removed
 	return r, err
 }
+
+// expireMax is the objects one tick's expired sessions may hold
+// (fsm.Tick.ExpireMax): their removal takes ~150 ms of the state's lock
+// on the 2-core machine of docs/BENCHMARKS.md, and a tick comes every
+// --tick, so clients leaving by the thousand are expired at some 60,000
+// objects a second while pings and writes go on.
+const expireMax = 16384
 
 // drainEvery is how often the leader checks draining segments: each check
 // scans every object, as an unmount does.

@@ -95,7 +95,7 @@ type scaleReport struct {
 	Sizes   []scaleResult `json:"sizes"`
 	// Departure is measured once, after the largest size.
 	Departure *departureResult `json:"departure,omitempty"`
-	Samples []scaleSample `json:"samples"`
+	Samples   []scaleSample    `json:"samples"`
 }
 
 type scaleClient struct {
