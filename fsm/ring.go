@@ -57,16 +57,12 @@ func (p Pending) OldestMs() (ms int64, ok bool) {
 // Entries returns the entries, newly built.
 func (p Pending) Entries() []oplog.Entry {
 	out := make([]oplog.Entry, 0, p.n)
-	p.each(func(r *ringEntry) { out = append(out, r.entry()) })
-	return out
-}
-
-func (p Pending) each(fn func(*ringEntry)) {
 	for _, run := range p.runs {
 		for i := range run {
-			fn(&run[i])
+			out = append(out, run[i].entry())
 		}
 	}
+	return out
 }
 
 // Ring returns the OpLog entries not yet acknowledged as exported.

@@ -49,11 +49,7 @@ func (n *Node) publishMasterView(ctx context.Context) {
 	v := etcdbridge.MasterView{LeaderID: n.cfg.ID, GRPCAddr: n.cfg.GRPCAddr, RaftAddr: string(n.trans.LocalAddr()), Term: n.raft.CurrentTerm()}
 	b := newBackoff(100*time.Millisecond, 2*time.Second)
 	for ctx.Err() == nil {
-		cctx, cancel := callCtx(ctx)
-		start := time.Now()
-		err := n.etcd.PublishMasterView(cctx, v)
-		cancel()
-		n.metrics.observeEtcd("master_view", start, err)
+		err := n.etcdCall(ctx, "master_view", func(ctx context.Context) error { return n.etcd.PublishMasterView(ctx, v) })
 		if err == nil {
 			n.publishMooncakeView(ctx, v)
 			return
@@ -285,12 +281,7 @@ func (n *Node) renewalLoop(ctx context.Context) {
 				}
 			}
 		})
-		cctx, cancel := callCtx(ctx)
-		start := time.Now()
-		err := n.etcd.PutRenewals(cctx, rs)
-		n.metrics.observeEtcd("renewals", start, err)
-		cancel()
-		if err != nil {
+		if err := n.etcdCall(ctx, "renewals", func(ctx context.Context) error { return n.etcd.PutRenewals(ctx, rs) }); err != nil {
 			n.log.Warn("lease renewals not exported", "keys", len(rs), "error", err)
 		}
 	}

@@ -31,11 +31,7 @@ type departureResult struct {
 func (s *scaleRun) departure(ctx context.Context) (*departureResult, error) {
 	leaving := s.clients[len(s.clients)/2:]
 	stay := len(s.clients) - len(leaving)
-	l, err := s.lc.leader(ctx)
-	if err != nil {
-		return nil, err
-	}
-	before, err := s.lc.cl.Progress(ctx, l.GRPCAddr)
+	l, before, err := s.leaderStatus(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/internal/localcluster"
 	"github.com/moonraft/moonraft/internal/svgplot"
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	dto "github.com/prometheus/client_model/go"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -230,11 +231,7 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	if err := s.drained(ctx); err != nil {
 		return nil, err
 	}
-	l, err := s.lc.leader(ctx)
-	if err != nil {
-		return nil, err
-	}
-	st, err := s.lc.cl.Progress(ctx, l.GRPCAddr)
+	l, st, err := s.leaderStatus(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -357,6 +354,16 @@ func (s *scaleRun) putBatch(ctx context.Context, owner string, items []client.Pu
 		}
 	}
 	return ok, nil
+}
+
+// leaderStatus finds the leader and its status (without digests).
+func (s *scaleRun) leaderStatus(ctx context.Context) (*localcluster.Node, *moonraftpb.NodeStatus, error) {
+	l, err := s.lc.leader(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := s.lc.cl.Progress(ctx, l.GRPCAddr)
+	return l, st, err
 }
 
 func (s *scaleRun) sample(ctx context.Context, objects uint64) scaleSample {
