@@ -298,14 +298,20 @@ func (f *FSM) findObject(key string) (objItem, bool) {
 // putObject stores o, which must not be stored yet (a new object or a
 // modified copy): it is of this snapshot generation.
 func (f *FSM) putObject(key string, o *object) {
-	o.gen = f.gen
-	old, had := f.objects.ReplaceOrInsert(objItem{key, o})
+	old, had := f.storeObject(key, o)
 	if !had || !sameSegments(old.obj, o) {
 		if had {
 			unindexSegments(key, old.obj)
 		}
 		indexSegments(key, o)
 	}
+}
+
+// storeObject is putObject without the segments' key sets, which a restore
+// builds at once in indexAllSegments.
+func (f *FSM) storeObject(key string, o *object) (old objItem, had bool) {
+	o.gen = f.gen
+	old, had = f.objects.ReplaceOrInsert(objItem{key, o})
 	if f.byKey != nil {
 		f.byKey[key] = objItem{key, o}
 	}
@@ -314,6 +320,29 @@ func (f *FSM) putObject(key string, o *object) {
 	} else {
 		f.processing.remove(key)
 	}
+	return old, had
+}
+
+// indexAllSegments builds every segment's key set from the objects, each
+// set made at its final size: filled one insert at a time, the sets spend
+// more time growing than being filled.
+func (f *FSM) indexAllSegments() {
+	counts := make(map[*segment]int, len(f.segments))
+	f.objects.Ascend(func(it objItem) bool {
+		for _, r := range it.obj.replicas {
+			for _, b := range r.buffers {
+				counts[b.seg]++
+			}
+		}
+		return true
+	})
+	for s, n := range counts {
+		s.objs = make(map[string]struct{}, n)
+	}
+	f.objects.Ascend(func(it objItem) bool {
+		indexSegments(it.key, it.obj)
+		return true
+	})
 }
 
 // indexSegments adds key to the object index of every segment o has a

@@ -247,16 +247,19 @@ func (o *object) single() bool {
 	return len(o.replicas) == 1 && len(o.replicas[0].buffers) == 1
 }
 
+// singleObject is an object with its one replica of one buffer.
+type singleObject struct {
+	o object
+	r [1]replica
+	b [1]buffer
+}
+
 // laidOut returns a copy of a single o (its replica with status) in one
 // allocation with its replica and buffer: a read of it then touches
 // neighbouring memory, not three allocations, each a cache miss in a
 // large state.
 func (o *object) laidOut(status ReplicaStatus) *object {
-	one := new(struct {
-		o object
-		r [1]replica
-		b [1]buffer
-	})
+	one := new(singleObject)
 	one.o = *o
 	one.b[0] = o.replicas[0].buffers[0]
 	one.r[0] = replica{status: status, buffers: one.b[:]}

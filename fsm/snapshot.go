@@ -369,6 +369,7 @@ type restorer struct {
 	segUsed  map[*segment][]freeRange
 	sessOf   map[*segment]string
 	lastTomb string
+	scratch  singleObject // the object being decoded
 }
 
 func readState(sr *snapshots.Reader) (*FSM, error) {
@@ -536,7 +537,10 @@ func (rs *restorer) session(d *dec) error {
 
 func (rs *restorer) object(d *dec) error {
 	key := d.str()
-	o := &object{}
+	// Decoded into scratch, then copied out once: laid out as PutEnd lays
+	// a single object out, or with its own replica list.
+	o := &rs.scratch.o
+	*o = object{}
 	o.size = d.u64()
 	o.clientID = d.str()
 	o.putStartMs = d.i64()
@@ -545,7 +549,7 @@ func (rs *restorer) object(d *dec) error {
 	o.softPinMs = d.i64()
 	o.keySeq = d.u64()
 	var err error
-	if o.replicas, err = rs.replicas(d, "object "+strconv.Quote(key), o.size); err != nil {
+	if o.replicas, err = rs.replicas(d, func() string { return "object " + strconv.Quote(key) }, o.size, &rs.scratch); err != nil {
 		return err
 	}
 	if err := validateKey(key); err != nil {
@@ -562,21 +566,37 @@ func (rs *restorer) object(d *dec) error {
 		o.clientID = sess.clientID
 	}
 	if o.single() {
-		o = o.laidOut(o.replicas[0].status) // as PutEnd lays it out
+		o = o.laidOut(o.replicas[0].status)
+	} else {
+		c := *o
+		c.replicas = slices.Clone(o.replicas)
+		o = &c
 	}
-	rs.f.putObject(key, o)
+	rs.f.storeObject(key, o) // the segments' key sets are built in finish
 	return nil
 }
 
 // replicas reads a replica list (encodeReplicas) whose buffers all lie in
 // their segments, each replica holding size bytes (0: any), and records
-// the buffers as used.
-func (rs *restorer) replicas(d *dec, what string, size uint64) ([]replica, error) {
-	reps := make([]replica, d.count(2))
+// the buffers as used; what names the list in an error. With scratch, a
+// single replica (and its buffer, if it has one) is decoded into scratch's
+// arrays, which the caller copies out.
+func (rs *restorer) replicas(d *dec, what func() string, size uint64, scratch *singleObject) ([]replica, error) {
+	n := d.count(2)
+	var reps []replica
+	if scratch != nil && n == 1 {
+		reps = scratch.r[:]
+	} else {
+		reps = make([]replica, n)
+	}
 	for i := range reps {
 		r := &reps[i]
 		r.status = ReplicaStatus(d.u64())
-		r.buffers = make([]buffer, d.count(3))
+		if nb := d.count(3); scratch != nil && n == 1 && nb == 1 {
+			r.buffers = scratch.b[:]
+		} else {
+			r.buffers = make([]buffer, nb)
+		}
 		var sum uint64
 		for j := range r.buffers {
 			b := &r.buffers[j]
@@ -589,11 +609,11 @@ func (rs *restorer) replicas(d *dec, what string, size uint64) ([]replica, error
 			return nil, d.err()
 		}
 		if (r.status != Processing && r.status != Complete) || len(r.buffers) == 0 || (size != 0 && sum != size) {
-			return nil, corrupt("%s has a malformed replica", what)
+			return nil, corrupt("%s has a malformed replica", what())
 		}
 		for _, b := range r.buffers {
 			if b.length == 0 || b.offset+b.length < b.offset || b.offset+b.length > b.seg.size {
-				return nil, corrupt("%s has a buffer outside segment %q", what, b.seg.id)
+				return nil, corrupt("%s has a buffer outside segment %q", what(), b.seg.id)
 			}
 			rs.segUsed[b.seg] = append(rs.segUsed[b.seg], freeRange{b.offset, b.length})
 		}
@@ -620,7 +640,7 @@ func (rs *restorer) replacedRec(d *dec) error {
 	if d.err() == nil && (!ok || !o.processing() || rs.f.replaced[key] != nil) {
 		return corrupt("replaced replicas of %q, which is not an upsert in progress", key)
 	}
-	old, err := rs.replicas(d, "replaced replicas of "+strconv.Quote(key), 0)
+	old, err := rs.replicas(d, func() string { return "replaced replicas of " + strconv.Quote(key) }, 0, nil)
 	if err != nil {
 		return err
 	}
@@ -633,7 +653,7 @@ func (rs *restorer) replacedRec(d *dec) error {
 
 func (rs *restorer) discardRec(d *dec) error {
 	release := d.i64()
-	reps, err := rs.replicas(d, "a discarded write", 0)
+	reps, err := rs.replicas(d, func() string { return "a discarded write" }, 0, nil)
 	if err != nil {
 		return err
 	}
@@ -750,6 +770,7 @@ func (rs *restorer) finish() error {
 		f.used += s.size - a.free
 	}
 	f.segOrder = rs.segs
+	f.indexAllSegments()
 	if last, ok := f.ring.back(); ok && last.seq != f.appliedSeq {
 		return corrupt("export ring ends at seq %d but applied seq is %d", last.seq, f.appliedSeq)
 	}
