@@ -194,11 +194,13 @@ func (n *Node) tick(ctx context.Context, flush bool) (fsm.Result, error) {
 }
 
 // expireMax is the objects one tick's expired sessions may hold
-// (fsm.Tick.ExpireMax): their removal takes ~150 ms of the state's lock
-// on the 2-core machine of docs/BENCHMARKS.md, and a tick comes every
-// --tick, so clients leaving by the thousand are expired at some 60,000
-// objects a second while pings and writes go on.
-const expireMax = 16384
+// (fsm.Tick.ExpireMax): their removal takes ~20 ms of the state's lock on
+// the 2-core machine of docs/BENCHMARKS.md, on every node at once, and a
+// tick comes every --tick (100 ms), so clients leaving by the thousand are
+// expired at up to ~20,000 objects a second, about what etcd takes of the
+// OpLog. At 16,384 the ticks ran back to back, each node spent a core on
+// them, and the cluster lost its leader (RELIABILITY finding 24).
+const expireMax = 2048
 
 // drainEvery is how often the leader checks draining segments: each check
 // scans every object, as an unmount does.
