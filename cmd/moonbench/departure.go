@@ -11,16 +11,18 @@ import (
 // (issue 41): their sessions' expiry, the removal of their objects at the
 // export's pace, and a probe's writes meanwhile.
 type departureResult struct {
-	Clients        int     `json:"clients"` // stopped pinging at once
-	ObjectsBefore  uint64  `json:"objects_before"`
-	ObjectsRemoved uint64  `json:"objects_removed"`
-	ExpiredSecs    float64 `json:"expired_secs"`  // last ping to every one of their sessions gone
-	ExportedSecs   float64 `json:"exported_secs"` // to etcd holding every REMOVE
-	ProbeWrites    int     `json:"probe_writes"`
-	ProbeFailed    int     `json:"probe_failed"`
-	ProbeP99Ms     float64 `json:"probe_p99_ms"`
-	ProbeMaxMs     float64 `json:"probe_max_ms"`
-	OthersExpired  int     `json:"others_expired"` // sessions of clients still pinging that expired
+	Clients         int     `json:"clients"` // stopped pinging at once
+	ObjectsBefore   uint64  `json:"objects_before"`
+	ObjectsRemoved  uint64  `json:"objects_removed"`
+	ExpiredSecs     float64 `json:"expired_secs"`  // last ping to every one of their sessions gone
+	ExportedSecs    float64 `json:"exported_secs"` // to etcd holding every REMOVE
+	ProbeWrites     int     `json:"probe_writes"`
+	ProbeFailed     int     `json:"probe_failed"`
+	ProbeP99Ms      float64 `json:"probe_p99_ms"`
+	ProbeMaxMs      float64 `json:"probe_max_ms"`
+	OthersExpired   int     `json:"others_expired"` // sessions of clients still pinging that expired
+	ProbeFirstError string  `json:"probe_first_error,omitempty"`
+	LeaderChanges   int     `json:"leader_changes"`
 }
 
 // departure stops the pings of the second half of the clients at once,
@@ -31,7 +33,7 @@ type departureResult struct {
 func (s *scaleRun) departure(ctx context.Context) (*departureResult, error) {
 	leaving := s.clients[len(s.clients)/2:]
 	stay := len(s.clients) - len(leaving)
-	l, before, err := s.leaderStatus(ctx)
+	_, before, err := s.leaderStatus(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -49,12 +51,19 @@ func (s *scaleRun) departure(ctx context.Context) (*departureResult, error) {
 	var (
 		last   time.Time
 		target uint64 // the OpLog seq of the last REMOVE, once known
+		term   = before.Term
 	)
 	for {
-		st, err := s.lc.cl.Progress(ctx, l.GRPCAddr)
+		// The leader's: only it knows what etcd has taken.
+		nl, st, err := s.leaderStatus(ctx)
 		if err != nil {
 			pr.finish()
 			return nil, fmt.Errorf("departure: the leader's status: %w", err)
+		}
+		if st.Term != term {
+			progressf("departure: %s leads in term %d", nl.ID, st.Term)
+			r.LeaderChanges++
+			term = st.Term
 		}
 		if r.ExpiredSecs == 0 && st.Sessions <= uint64(stay) {
 			r.ExpiredSecs = time.Since(t0).Seconds()
@@ -88,7 +97,10 @@ func (s *scaleRun) departure(ctx context.Context) (*departureResult, error) {
 			continue
 		}
 		r.ProbeWrites++
-		if !o.ok {
+		if o.err != nil {
+			if r.ProbeFailed == 0 {
+				r.ProbeFirstError = o.err.Error()
+			}
 			r.ProbeFailed++
 		}
 		ms := float64(o.lat.Microseconds()) / 1000
@@ -103,5 +115,8 @@ func (r *departureResult) print(w io.Writer) {
 	fmt.Fprintf(w, "\n%d of the clients stop pinging at once, with %d objects\n", r.Clients, r.ObjectsBefore)
 	fmt.Fprintf(w, "  their sessions expired within %.1f s (%d of the others' expired); %d objects removed, etcd held every REMOVE %.1f s after the last ping\n",
 		r.ExpiredSecs, r.OthersExpired, r.ObjectsRemoved, r.ExportedSecs)
-	fmt.Fprintf(w, "  a probe's put pairs meanwhile: %d, %d failed, p99 %.1f ms, slowest %.1f ms\n", r.ProbeWrites, r.ProbeFailed, r.ProbeP99Ms, r.ProbeMaxMs)
+	fmt.Fprintf(w, "  a probe's put pairs meanwhile: %d, %d failed, p99 %.1f ms, slowest %.1f ms; %d leader changes\n", r.ProbeWrites, r.ProbeFailed, r.ProbeP99Ms, r.ProbeMaxMs, r.LeaderChanges)
+	if r.ProbeFirstError != "" {
+		fmt.Fprintf(w, "  the first failed put pair: %s\n", r.ProbeFirstError)
+	}
 }

@@ -60,25 +60,26 @@ type scaleNode struct {
 
 // scaleResult is what one size measured.
 type scaleResult struct {
-	Objects          uint64      `json:"objects"`
-	Clients          int         `json:"clients"`
-	FillSecs         float64     `json:"fill_secs"`
-	FillFailures     int64       `json:"fill_failed_calls"`
-	Nodes            []scaleNode `json:"nodes"`
-	IdleLogBytesSec  float64     `json:"idle_raft_log_bytes_per_sec"`
-	IdleLogEntrySec  float64     `json:"idle_raft_log_entries_per_sec"`
-	IdleLeaderCPU    float64     `json:"idle_leader_cpu_cores"`
-	IdleEtcdTxnsSec  float64     `json:"idle_etcd_txns_per_sec"`
-	IdleEtcdBytesSec float64     `json:"idle_etcd_bytes_per_sec"`
-	WriteP99Ms       float64     `json:"write_p99_ms"`          // outside every node's snapshot
-	WriteP99SnapMs   float64     `json:"write_p99_snapshot_ms"` // overlapping one
-	WritesInSnap     int         `json:"writes_during_snapshots"`
-	FailoverMs       float64     `json:"failover_ms"` // leader SIGKILL to the next answered write
-	SessionsLost     int         `json:"sessions_lost_in_failover"`
-	Remounts         int         `json:"remounts"` // by every client, over this size's phases
-	RestartSecs      float64     `json:"restart_secs"`
-	JoinSecs         float64     `json:"join_secs"`
-	JoinBySnapshot   bool        `json:"join_by_snapshot"` // the leader sent the joining node a snapshot
+	Objects            uint64      `json:"objects"`
+	Clients            int         `json:"clients"`
+	FillSecs           float64     `json:"fill_secs"`
+	FillFailures       int64       `json:"fill_failed_calls"`
+	Nodes              []scaleNode `json:"nodes"`
+	IdleLogBytesSec    float64     `json:"idle_raft_log_bytes_per_sec"`
+	IdleLogEntrySec    float64     `json:"idle_raft_log_entries_per_sec"`
+	IdleLeaderCPU      float64     `json:"idle_leader_cpu_cores"`
+	IdleEtcdTxnsSec    float64     `json:"idle_etcd_txns_per_sec"`
+	IdleEtcdBytesSec   float64     `json:"idle_etcd_bytes_per_sec"`
+	WriteP99Ms         float64     `json:"write_p99_ms"`          // outside every node's snapshot
+	WriteP99SnapMs     float64     `json:"write_p99_snapshot_ms"` // overlapping one
+	WritesInSnap       int         `json:"writes_during_snapshots"`
+	FailoverMs         float64     `json:"failover_ms"`          // leader SIGKILL to the next answered write
+	FailoverPromotedMs float64     `json:"failover_promoted_ms"` // to a promoted leader's status
+	SessionsLost       int         `json:"sessions_lost_in_failover"`
+	Remounts           int         `json:"remounts"` // by every client, over this size's phases
+	RestartSecs        float64     `json:"restart_secs"`
+	JoinSecs           float64     `json:"join_secs"`
+	JoinBySnapshot     bool        `json:"join_by_snapshot"` // the leader sent the joining node a snapshot
 }
 
 // scaleSample is the nodes' memory at a point of the fill.
@@ -111,7 +112,10 @@ type scaleRun struct {
 	http    *http.Client
 	clients []*scaleClient
 	// pingers is the clients' connection, apart from the writers' (lc.cl)
-	// as separate processes' would be.
+	// as separate processes' would be, with the client's default backoff:
+	// at a 100 ms cap, 10,000 keepers retrying through an election could
+	// send the surviving nodes up to 100,000 calls a second, where a
+	// Mooncake client only pings again a second later.
 	pingers *client.Client
 	start   time.Time
 	filled  atomic.Uint64 // objects written: the fill's and the probes'
@@ -127,7 +131,7 @@ func runScale(ctx context.Context, cfg config, args string) error {
 	defer lc.close()
 	s := &scaleRun{cfg: cfg, lc: lc, http: &http.Client{Timeout: 10 * time.Second}, start: time.Now(),
 		rep: &scaleReport{Machine: machine(), Date: time.Now().UTC().Format(time.RFC3339), Args: args}}
-	if s.pingers, err = client.Dial(client.Config{Endpoints: lc.endpoints(), MaxBackoff: 100 * time.Millisecond}); err != nil {
+	if s.pingers, err = client.Dial(client.Config{Endpoints: lc.endpoints()}); err != nil {
 		return err
 	}
 	defer s.pingers.Close()
@@ -261,7 +265,7 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	if err := s.snapshots(ctx, r); err != nil {
 		return nil, err
 	}
-	if err := s.failover(ctx, r); err != nil {
+	if err := s.failover(ctx, n, r); err != nil {
 		return nil, err
 	}
 	if err := s.join(ctx, r); err != nil {
@@ -472,7 +476,7 @@ type probe struct {
 type probeObs struct {
 	at  time.Time
 	lat time.Duration
-	ok  bool
+	err error
 }
 
 // startProbe starts a probe on a connection of its own, as a client
@@ -501,7 +505,7 @@ func (s *scaleRun) startProbe(ctx context.Context, name string) (*probe, error) 
 				return
 			}
 			p.mu.Lock()
-			p.obs = append(p.obs, probeObs{at, time.Since(at), err == nil})
+			p.obs = append(p.obs, probeObs{at, time.Since(at), err})
 			p.mu.Unlock()
 			if err != nil {
 				time.Sleep(10 * time.Millisecond)
@@ -520,7 +524,7 @@ func (p *probe) firstAnsweredAfter(t time.Time) float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, o := range p.obs {
-		if o.ok && o.at.After(t) {
+		if o.err == nil && o.at.After(t) {
 			return float64(o.at.Add(o.lat).Sub(t).Microseconds()) / 1000
 		}
 	}
@@ -533,7 +537,7 @@ func (p *probe) written() uint64 {
 	defer p.mu.Unlock()
 	var n uint64
 	for _, o := range p.obs {
-		if o.ok {
+		if o.err == nil {
 			n++
 		}
 	}
@@ -600,7 +604,7 @@ func (s *scaleRun) snapshots(ctx context.Context, r *scaleResult) error {
 	}
 	var in, out []float64
 	for _, o := range pr.finish() {
-		if !o.ok {
+		if o.err != nil {
 			continue
 		}
 		ms := float64(o.lat.Microseconds()) / 1000
@@ -660,7 +664,7 @@ func percentile(vs []float64, q float64) float64 {
 // failover SIGKILLs the leader under the probe's writes: the time to the
 // next answered write, and whether every client's session survived; then
 // it restarts the old leader on its data dir and times its catch-up.
-func (s *scaleRun) failover(ctx context.Context, r *scaleResult) error {
+func (s *scaleRun) failover(ctx context.Context, n uint64, r *scaleResult) error {
 	l, err := s.lc.leader(ctx)
 	if err != nil {
 		return err
@@ -673,11 +677,14 @@ func (s *scaleRun) failover(ctx context.Context, r *scaleResult) error {
 	progressf("failover: killing the leader %s", l.ID)
 	kill := time.Now()
 	l.Kill()
+	profiled := s.profileSurvivors(ctx, l, fmt.Sprintf("scale-%d-failover", n))
+	defer profiled()
 	nl, err := s.lc.leader(ctx)
 	if err != nil {
 		pr.finish()
 		return err
 	}
+	r.FailoverPromotedMs = float64(time.Since(kill).Microseconds()) / 1000
 	for deadline := time.Now().Add(30 * time.Second); r.FailoverMs == 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			pr.finish()
@@ -705,6 +712,32 @@ func (s *scaleRun) failover(ctx context.Context, r *scaleResult) error {
 	r.SessionsLost = len(s.clients) - int(st.Sessions)
 	return nil
 }
+
+// profileSurvivors saves, with --profile, a CPU profile of each node but
+// dead for failoverProfile from now (the election, the promotion and the
+// first writes), as <prefix>-<id>.cpu; the returned func waits for them.
+func (s *scaleRun) profileSurvivors(ctx context.Context, dead *localcluster.Node, prefix string) (wait func()) {
+	var wg sync.WaitGroup
+	if s.cfg.profileDir == "" {
+		return wg.Wait
+	}
+	for _, p := range s.lc.procs {
+		if p == dead {
+			continue
+		}
+		wg.Go(func() {
+			path := filepath.Join(s.cfg.profileDir, fmt.Sprintf("%s-%s.cpu", prefix, p.ID))
+			which := fmt.Sprintf("profile?seconds=%d", int(failoverProfile/time.Second))
+			if err := savePprof(ctx, p, which, path); err != nil {
+				progressf("no failover profile of %s: %v", p.ID, err)
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// failoverProfile is how long a failover's CPU profiles run.
+const failoverProfile = 3 * time.Second
 
 // join starts a fourth node with an empty data dir, joining through the
 // leader (which sends it a snapshot), times its catch-up, and removes it.
@@ -755,8 +788,8 @@ func (r *scaleResult) print(w io.Writer) {
 	fmt.Fprintf(w, "  write p99 %.1f ms outside snapshots, %.1f ms during one (%d writes)\n", r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap)
 	fmt.Fprintf(w, "  idle: Raft log %.0f B/s (%.1f entries/s), leader CPU %.2f cores, etcd %.1f txns/s %.0f B/s\n",
 		r.IdleLogBytesSec, r.IdleLogEntrySec, r.IdleLeaderCPU, r.IdleEtcdTxnsSec, r.IdleEtcdBytesSec)
-	fmt.Fprintf(w, "  failover %.0f ms to the next answered write, %d sessions lost, %d remounts; restart caught up in %.1f s, a fresh node joined in %.1f s (%s)\n",
-		r.FailoverMs, r.SessionsLost, r.Remounts, r.RestartSecs, r.JoinSecs, map[bool]string{true: "sent a snapshot", false: "sent the log"}[r.JoinBySnapshot])
+	fmt.Fprintf(w, "  failover %.0f ms to the next answered write (%.0f ms to a promoted leader), %d sessions lost, %d remounts; restart caught up in %.1f s, a fresh node joined in %.1f s (%s)\n",
+		r.FailoverMs, r.FailoverPromotedMs, r.SessionsLost, r.Remounts, r.RestartSecs, r.JoinSecs, map[bool]string{true: "sent a snapshot", false: "sent the log"}[r.JoinBySnapshot])
 }
 
 // plot draws each node's RSS and Go heap against the objects held.
