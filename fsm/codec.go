@@ -38,6 +38,8 @@ type dec struct {
 	transport bool
 	// promoteMooncake: a Promote carries the leader's Mooncake address.
 	promoteMooncake bool
+	// upsertCopy: an UpsertStart copies a leased object.
+	upsertCopy bool
 }
 
 func newDec(b []byte, kind, name string) dec {

@@ -40,6 +40,10 @@ const (
 	// ReleaseRemovals: an older node halts on it rather than differ from
 	// the others in what bulk removals export.
 	CmdReleaseRemovals CmdType = 21
+	// UpsertStart that writes a leased object into fresh buffers
+	// (UpsertStart.Copy): an older node, which would refuse it
+	// OBJECT_REPLICA_BUSY, halts on it instead.
+	CmdUpsertStartCopy CmdType = 22
 
 	// IgnoreUnknownFlag marks a command an older node may skip if it does
 	// not know the type (Consul's pattern, for rolling upgrades): a newer
@@ -219,6 +223,11 @@ func Batchable(c Command) bool {
 // UpsertRevoke are PutEnd and PutRevoke, as in Mooncake.
 type UpsertStart struct {
 	PutStart
+	// Copy: an object a reader's lease covers is written into fresh
+	// buffers, its leased ones held until the lease ends, instead of being
+	// refused OBJECT_REPLICA_BUSY. The command's type carries it
+	// (CmdUpsertStartCopy); leaders of this release always set it.
+	Copy bool
 }
 
 // GracefulUnmount stops new allocations on a segment at once and unmounts
@@ -266,9 +275,14 @@ func (c *Promote) Type() CmdType {
 	}
 	return CmdPromote
 }
+func (c *UpsertStart) Type() CmdType {
+	if c.Copy {
+		return CmdUpsertStartCopy
+	}
+	return CmdUpsertStart
+}
 func (*Exported) Type() CmdType        { return CmdExported }
 func (*Batch) Type() CmdType           { return CmdBatch }
-func (*UpsertStart) Type() CmdType     { return CmdUpsertStart }
 func (*GracefulUnmount) Type() CmdType { return CmdGracefulUnmount }
 func (*DrainSegments) Type() CmdType   { return CmdDrainSegments }
 func (*Member) Type() CmdType          { return CmdMember }
@@ -364,6 +378,12 @@ func (c *PutStart) decode(d *dec) {
 	c.SoftPin = d.bool()
 	c.PreferredSegment = d.str()
 	c.ClientID = d.str()
+}
+
+// An UpsertStart encodes as its PutStart; Copy is in the type byte.
+func (c *UpsertStart) decode(d *dec) {
+	c.PutStart.decode(d)
+	c.Copy = d.upsertCopy
 }
 
 func (c *PutEnd) encode(e *enc) { e.i64(c.NowMs); e.str(c.Key); e.str(c.ClientID) }
@@ -544,6 +564,7 @@ func Decode(b []byte) (Command, error) {
 	d := newDec(b[1:], "command", t.String())
 	d.transport = t == CmdMountSegmentTransport || t == CmdRemountSegmentsTransport
 	d.promoteMooncake = t == CmdPromoteMooncake
+	d.upsertCopy = t == CmdUpsertStartCopy
 	c.decode(&d)
 	if err := d.done(); err != nil {
 		return nil, err

@@ -124,7 +124,7 @@ func TestDeterminism(t *testing.T) {
 	}
 	for _, typ := range []CmdType{CmdMountSegment, CmdUnmountSegment, CmdRemountSegments, CmdPutStart, CmdPutEnd,
 		CmdPutRevoke, CmdRemove, CmdRemoveByRegex, CmdRemoveAll, CmdTick, CmdPromote, CmdExported, CmdBatch,
-		CmdUpsertStart, CmdGracefulUnmount, CmdDrainSegments, CmdMember} {
+		CmdUpsertStart, CmdUpsertStartCopy, CmdGracefulUnmount, CmdDrainSegments, CmdMember} {
 		o := seen[typ]
 		require.NotNil(t, o, "%v never generated", typ)
 		require.Positive(t, o.ok, "%v never succeeded", typ)

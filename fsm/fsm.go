@@ -433,7 +433,7 @@ func (f *FSM) dropObject(key string, o *object, op oplog.OpType, src oplog.Sourc
 // REMOVE may be deferred (deferred.go).
 func (f *FSM) dropObjectIn(key string, o *object, op oplog.OpType, src oplog.Source, b *bulk) {
 	f.freeBuffers(o.replicas)
-	f.releaseReplaced(key)
+	f.releaseReplaced(key, o.leaseMs)
 	f.forget(key)
 	seq := o.keySeq
 	if op != 0 {

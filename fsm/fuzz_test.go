@@ -20,6 +20,7 @@ func commandSeeds() [][]byte {
 		Encode(&RemountSegments{NowMs: 6, ClientID: "c", Segments: []SegmentSpec{{ID: "s", Name: "n", Size: 1}}}),
 		Encode(&RemoveByRegex{NowMs: 7, Regex: "^k", Force: true}),
 		Encode(&Exported{Seq: 1}),
+		Encode(&UpsertStart{PutStart: PutStart{NowMs: 8, Key: "k", SliceLengths: []uint64{10}, ReplicaNum: 1, ClientID: "c"}, Copy: true}),
 		Encode(&Batch{Cmds: []Command{&PutStart{NowMs: 8, Key: "b", SliceLengths: []uint64{1}, ReplicaNum: 1, ClientID: "c"}, &PutEnd{NowMs: 8, Key: "b", ClientID: "c"}}}),
 		{0x80 | 42, 1, 2},
 		{},

@@ -215,7 +215,7 @@ func (f *FSM) putEnd(c *PutEnd) Result {
 	}
 	n.keySeq++
 	f.putObject(c.Key, n)
-	f.releaseReplaced(c.Key)
+	f.releaseReplaced(c.Key, o.leaseMs)
 	f.emit(oplog.OpPutEnd, c.Key, n, n.keySeq, oplog.SourceNone)
 	return Result{}
 }

@@ -347,7 +347,7 @@ func (f *FSM) takeBuffers(rs []replica) (buffer, bool) {
 // entry says instead.
 func (f *FSM) discard(key string, o *object) {
 	f.freeBuffers(o.replicas)
-	f.releaseReplaced(key)
+	f.releaseReplaced(key, 0) // the OpLog knows no lease: replay holds nothing for readers
 	f.forget(key)
 }
 

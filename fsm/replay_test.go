@@ -578,7 +578,7 @@ func TestReplayReconciles(t *testing.T) {
 			src.put("fill", "c1", 800)                           // [100,900)
 			// The upsert takes the write over; its writer may still be
 			// writing, so [0,100) stays held (discarded) past the snapshot.
-			src.ok(&UpsertStart{PutStart{NowMs: src.now, Key: "w", SliceLengths: []uint64{100}, ReplicaNum: 1, ClientID: "c1"}}) // [900,1000)
+			src.ok(&UpsertStart{PutStart: PutStart{NowMs: src.now, Key: "w", SliceLengths: []uint64{100}, ReplicaNum: 1, ClientID: "c1"}, Copy: true}) // [900,1000)
 		}, func(src *h) {
 			src.ok(&PutEnd{NowMs: src.now, Key: "w", ClientID: "c1"})
 			src.now += src.f.params.PutStartReleaseMs
@@ -590,9 +590,9 @@ func TestReplayReconciles(t *testing.T) {
 		}},
 		{"space of a preempted write freed with its segment", func(src *h) {
 			src.mount("c1", "s1", 0, 1000)
-			require.NoError(t, src.putStart("w", "c1", 100).Err)                                                                 // [0,100), PROCESSING
-			src.put("fill", "c1", 800)                                                                                           // [100,900)
-			src.ok(&UpsertStart{PutStart{NowMs: src.now, Key: "w", SliceLengths: []uint64{100}, ReplicaNum: 1, ClientID: "c1"}}) // holds [0,100)
+			require.NoError(t, src.putStart("w", "c1", 100).Err)                                                                                       // [0,100), PROCESSING
+			src.put("fill", "c1", 800)                                                                                                                 // [100,900)
+			src.ok(&UpsertStart{PutStart: PutStart{NowMs: src.now, Key: "w", SliceLengths: []uint64{100}, ReplicaNum: 1, ClientID: "c1"}, Copy: true}) // holds [0,100)
 		}, func(src *h) {
 			// Unmounted, the held space goes with the segment, silently;
 			// mounted again, it is free long before its release time.

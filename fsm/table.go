@@ -38,6 +38,7 @@ func init() {
 	register(CmdExported, "Exported", (*FSM).exported)
 	register(CmdBatch, "Batch", (*FSM).batch)
 	register(CmdUpsertStart, "UpsertStart", (*FSM).upsertStart)
+	register(CmdUpsertStartCopy, "UpsertStart", (*FSM).upsertStart)
 	register(CmdGracefulUnmount, "GracefulUnmount", (*FSM).gracefulUnmount)
 	register(CmdDrainSegments, "DrainSegments", (*FSM).drainSegments)
 	register(CmdMember, "Member", (*FSM).member)

@@ -12,7 +12,7 @@ import (
 // row's empty command reports a type whose row makes the same Go type, so
 // Decode and Apply agree on what an entry is.
 func TestCommandTable(t *testing.T) {
-	for typ := CmdMountSegment; typ <= CmdReleaseRemovals; typ++ {
+	for typ := CmdMountSegment; typ <= CmdUpsertStartCopy; typ++ {
 		c := newCommand(typ)
 		require.NotNil(t, c, "type %d has no row", typ)
 		own := newCommand(c.Type())
@@ -21,8 +21,8 @@ func TestCommandTable(t *testing.T) {
 		assert.Equal(t, typ.String(), c.Type().String())
 		assert.NotContains(t, typ.String(), "type(")
 	}
-	assert.Nil(t, newCommand(CmdReleaseRemovals+1))
-	assert.Equal(t, "type(22)", (CmdReleaseRemovals + 1).String())
+	assert.Nil(t, newCommand(CmdUpsertStartCopy+1))
+	assert.Equal(t, "type(23)", (CmdUpsertStartCopy + 1).String())
 
 	r := New().ApplyCommand(foreign{})
 	assert.Contains(t, r.Err.Error(), "not applicable")

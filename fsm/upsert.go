@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/lease"
 	"github.com/moonraft/moonraft/oplog"
 )
 
@@ -12,9 +13,13 @@ import (
 //     are held until PutStartReleaseMs from now (its writer may still be
 //     writing) and the upsert goes on as a put of a new key;
 //   - an absent key is a put;
-//   - a complete key that a reader holds a lease on is OBJECT_REPLICA_BUSY
-//     (Mooncake refuses while a read holds a reference; a lease is what a
-//     reader holds here);
+//   - a complete key that a reader holds a lease on (the promotion's floor
+//     included) is written into new buffers, as a resize is, and its old
+//     ones stay allocated, neither rewritten nor reused, until that lease
+//     ends: from UpsertEnd on they wait with the discarded buffers, which a
+//     tick frees (issue 42). Mooncake refuses only while a copy or offload
+//     task holds a replica, never for a reader; without Copy (an older
+//     leader's command) the upsert is refused OBJECT_REPLICA_BUSY;
 //   - otherwise, the same slice layout outside draining segments is
 //     rewritten in place: its replicas go back to PROCESSING until
 //     UpsertEnd; any other layout gets new buffers, and the old ones are
@@ -45,7 +50,8 @@ func (f *FSM) upsertStart(c *UpsertStart) Result {
 	if !ok {
 		return f.putStart(&c.PutStart)
 	}
-	if f.leased(o) {
+	leased := f.leased(o)
+	if leased && !c.Copy {
 		return failed(errcode.ObjectReplicaBusy,
 			"key %q is leased to a reader until %d ms (now %d): overwriting it would change what the reader reads; retry after the lease",
 			c.Key, f.effectiveLease(o), f.nowMs)
@@ -54,7 +60,7 @@ func (f *FSM) upsertStart(c *UpsertStart) Result {
 	n.clientID = f.sharedClientID(c.ClientID)
 	n.putStartMs = f.nowMs
 	n.softPin = o.softPin || c.SoftPin
-	if f.sameLayout(o, c.SliceLengths) {
+	if !leased && f.sameLayout(o, c.SliceLengths) {
 		n.replicas = restatus(o.replicas, Processing)
 		n.keySeq++
 		f.emit(oplog.OpRemove, c.Key, nil, n.keySeq, oplog.SourceUpsert)
@@ -68,6 +74,11 @@ func (f *FSM) upsertStart(c *UpsertStart) Result {
 		}
 		n.size = total
 		n.replicas = replicas
+		if leased {
+			// The readers' lease, floor included, goes with the write: its
+			// end is when the old buffers may go (releaseReplaced).
+			n.leaseMs = f.effectiveLease(o)
+		}
 		f.replaced[c.Key] = o.replicas
 	}
 	f.putObject(c.Key, &n)
@@ -109,16 +120,24 @@ func (f *FSM) takeOver(key string, o *object, hold bool) {
 		seq++
 		f.emit(oplog.OpRemove, key, nil, seq, oplog.SourceUpsert)
 	}
-	f.releaseReplaced(key)
+	f.releaseReplaced(key, o.leaseMs)
 	f.forget(key)
 	f.bury(key, seq)
 }
 
-// releaseReplaced returns the old replicas of key's upsert, if any.
-func (f *FSM) releaseReplaced(key string) {
-	if old, ok := f.replaced[key]; ok {
+// releaseReplaced returns the old replicas of key's upsert, if any, or
+// holds them with the discarded buffers until leaseMs if a reader's lease
+// still covers them then (an upsert of a leased object).
+func (f *FSM) releaseReplaced(key string, leaseMs int64) {
+	old, ok := f.replaced[key]
+	if !ok {
+		return
+	}
+	delete(f.replaced, key)
+	if lease.Active(leaseMs, f.nowMs) {
+		f.discarded = append(f.discarded, discard{releaseMs: leaseMs, replicas: old})
+	} else {
 		f.freeBuffers(old)
-		delete(f.replaced, key)
 	}
 }
 

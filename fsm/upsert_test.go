@@ -10,9 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// upsert is an UpsertStart as a leader of this release proposes it (Copy).
 func (x *h) upsert(key, client string, sizes ...uint64) Result {
 	x.t.Helper()
-	return x.apply(&UpsertStart{PutStart{NowMs: x.now, Key: key, SliceLengths: sizes, ReplicaNum: 1, ClientID: client}})
+	return x.apply(&UpsertStart{PutStart: PutStart{NowMs: x.now, Key: key, SliceLengths: sizes, ReplicaNum: 1, ClientID: client}, Copy: true})
 }
 
 func (x *h) end(key, client string) Result {
@@ -80,14 +81,71 @@ func TestUpsert(t *testing.T) {
 			o, _ := x.f.getObject("k")
 			assert.Equal(t, uint64(300), o.size)
 		}},
-		{"a leased object is busy", func(t *testing.T, x *h) {
+		{"a leased object is copied, its buffers held until the lease ends", func(t *testing.T, x *h) {
+			x.put("k", "c1", 100)
+			read := x.f.GetReplicaList("k", x.now)
+			require.NoError(t, read.Err)
+			x.tick(lease.Renewal{Key: "k", AtMs: x.now})
+			seq := x.f.appliedSeq
+			r := x.upsert("k", "c2", 100)
+			require.NoError(t, r.Err, "a reader's lease does not refuse an upsert")
+			assert.NotEqual(t, addresses(read.Replicas), addresses(r.Replicas), "fresh buffers, not the ones the reader holds")
+			assert.Equal(t, seq, x.f.appliedSeq, "nothing exported: followers keep the old object until the PUT_END")
+			assert.Equal(t, uint64(200), x.f.used)
+			require.NoError(t, x.end("k", "c2").Err)
+			assert.Equal(t, oplog.OpPutEnd, x.lastOp().OpType)
+			assert.Equal(t, uint64(200), x.f.used, "the reader's buffers stay allocated past the end")
+			x.now += x.f.params.LeaseTTLMs - 1
+			x.keepAlive("c2")
+			assert.Equal(t, uint64(200), x.f.used, "still inside the lease")
+			x.now++
+			x.keepAlive("c2")
+			assert.Equal(t, uint64(100), x.f.used, "a tick frees them once the lease ends")
+		}},
+		{"an older leader's upsert of a leased object is busy", func(t *testing.T, x *h) {
 			x.put("k", "c1", 100)
 			x.tick(lease.Renewal{Key: "k", AtMs: x.now})
 			before := x.f.Digest()
-			x.code(errcode.ObjectReplicaBusy, &UpsertStart{PutStart{NowMs: x.now, Key: "k", SliceLengths: []uint64{100}, ReplicaNum: 1, ClientID: "c1"}})
+			x.code(errcode.ObjectReplicaBusy, &UpsertStart{PutStart: PutStart{NowMs: x.now, Key: "k", SliceLengths: []uint64{100}, ReplicaNum: 1, ClientID: "c1"}})
 			assert.Equal(t, before, x.f.Digest(), "nothing changed")
 			x.now += x.f.params.LeaseTTLMs
 			require.NoError(t, x.upsert("k", "c1", 100).Err, "after the lease")
+		}},
+		{"the promotion's lease floor copies too", func(t *testing.T, x *h) {
+			x.put("k", "c1", 100)
+			x.ok(&Promote{NowMs: x.now, LeaderID: "n2", Term: 2, Params: x.f.params})
+			before := x.f.GetReplicaList("k", x.now)
+			require.NoError(t, before.Err)
+			r := x.upsert("k", "c1", 100)
+			require.NoError(t, r.Err)
+			assert.NotEqual(t, addresses(before.Replicas), addresses(r.Replicas))
+			require.NoError(t, x.end("k", "c1").Err)
+			assert.Equal(t, uint64(200), x.f.used, "held for readers the old leader may have had")
+			x.now = x.f.leaseFloorMs
+			x.keepAlive("c1")
+			assert.Equal(t, uint64(100), x.f.used)
+		}},
+		{"revoking a copy frees the new buffers and holds the old", func(t *testing.T, x *h) {
+			x.put("k", "c1", 100)
+			x.tick(lease.Renewal{Key: "k", AtMs: x.now})
+			require.NoError(t, x.upsert("k", "c1", 100).Err)
+			require.NoError(t, x.apply(&PutRevoke{NowMs: x.now, Key: "k", ClientID: "c1"}).Err)
+			assert.False(t, x.exists("k"))
+			assert.Equal(t, uint64(100), x.f.used, "the leased buffers are still held")
+			x.now += x.f.params.LeaseTTLMs
+			x.keepAlive("c1")
+			assert.Zero(t, x.f.used)
+		}},
+		{"no room for the copy fails as a put would", func(t *testing.T, x *h) {
+			x.put("k", "c1", 900)
+			x.put("filler", "c1", 900) // the other segment
+			x.tick(lease.Renewal{Key: "k", AtMs: x.now})
+			assert.Equal(t, errcode.NoAvailableHandle, x.upsert("k", "c1", 900).Code())
+			o, _ := x.f.getObject("k")
+			assert.True(t, o.complete(), "the object is untouched")
+			x.now += x.f.params.LeaseTTLMs
+			x.keepAlive("c1")
+			require.NoError(t, x.upsert("k", "c1", 900).Err, "unleased, it is rewritten in place")
 		}},
 		{"a write in progress is taken over, its buffers held", func(t *testing.T, x *h) {
 			require.NoError(t, x.putStart("k", "c1", 100).Err)
