@@ -130,7 +130,7 @@ func (h *Handler) register() {
 			ps := h.putStart(a)
 			var cmd fsm.Command = &ps
 			if upsert {
-				cmd = &fsm.UpsertStart{PutStart: ps}
+				cmd = &fsm.UpsertStart{PutStart: ps, Copy: true}
 			}
 			r, err := b.Propose(ctx, cmd)
 			if err == nil {
@@ -152,7 +152,7 @@ func (h *Handler) register() {
 				ps := h.putStart(PutStartArgs{ClientID: a.ClientID, Key: k, SliceLength: a.SliceLengths[i], Config: a.Config})
 				cmds[i] = &ps
 				if upsert {
-					cmds[i] = &fsm.UpsertStart{PutStart: ps}
+					cmds[i] = &fsm.UpsertStart{PutStart: ps, Copy: true}
 				}
 			}
 			rs, err := h.batch(ctx, a.TenantID, cmds)

@@ -754,11 +754,19 @@ func TestGracefulUnmountThroughTheLeader(t *testing.T) {
 	r := mustPropose(t, nd, &fsm.UpsertStart{PutStart: fsm.PutStart{NowMs: now, Key: "k", SliceLengths: []uint64{2048}, ReplicaNum: 2, ClientID: "c1"}})
 	require.Len(t, r.Replicas, 2)
 	mustPropose(t, nd, &fsm.PutEnd{NowMs: now, Key: "k", ClientID: "c1"})
-	_, _, err := nd.GetReplicaList(ctx(t), "k")
+	read, _, err := nd.GetReplicaList(ctx(t), "k")
 	require.NoError(t, err)
-	r, err = nd.Propose(ctx(t), &fsm.UpsertStart{PutStart: fsm.PutStart{NowMs: time.Now().UnixMilli(), Key: "k", SliceLengths: []uint64{2048}, ReplicaNum: 2, ClientID: "c1"}})
+	r, err = nd.Propose(ctx(t), &fsm.UpsertStart{PutStart: fsm.PutStart{NowMs: time.Now().UnixMilli(), Key: "k", SliceLengths: []uint64{2048}, ReplicaNum: 2, ClientID: "c1"}, Copy: true})
 	require.NoError(t, err)
-	assert.Equal(t, errcode.ObjectReplicaBusy, r.Code(), "the lease the read returned reached the log first")
+	require.NoError(t, r.Err)
+	readAt := map[uint64]bool{}
+	for _, rd := range read {
+		readAt[rd.Buffers[0].Address] = true
+	}
+	for _, rd := range r.Replicas {
+		assert.False(t, readAt[rd.Buffers[0].Address], "the lease the read returned reached the log first: the upsert writes a fresh copy")
+	}
+	mustPropose(t, nd, &fsm.PutEnd{NowMs: time.Now().UnixMilli(), Key: "k", ClientID: "c1"})
 	put(t, nd, "other")
 	_, _, err = nd.GetReplicaList(ctx(t), "other")
 	require.NoError(t, err)

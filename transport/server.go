@@ -200,7 +200,7 @@ func (s *server) BatchPutStart(ctx context.Context, req *moonraftpb.BatchPutStar
 }
 
 func (s *server) UpsertStart(ctx context.Context, req *moonraftpb.PutStartRequest) (*moonraftpb.PutStartResponse, error) {
-	r, st := s.propose(ctx, &fsm.UpsertStart{PutStart: *s.putStartCmd(req)})
+	r, st := s.propose(ctx, &fsm.UpsertStart{PutStart: *s.putStartCmd(req), Copy: true})
 	return &moonraftpb.PutStartResponse{Status: st, Replicas: moonraftpb.ReplicasToPB(r.Replicas)}, nil
 }
 
@@ -214,7 +214,7 @@ func (s *server) UpsertRevoke(ctx context.Context, req *moonraftpb.PutRevokeRequ
 }
 
 func (s *server) BatchUpsertStart(ctx context.Context, req *moonraftpb.BatchPutStartRequest) (*moonraftpb.BatchPutStartResponse, error) {
-	return s.batchPutStart(ctx, req, func(p *fsm.PutStart) fsm.Command { return &fsm.UpsertStart{PutStart: *p} }), nil
+	return s.batchPutStart(ctx, req, func(p *fsm.PutStart) fsm.Command { return &fsm.UpsertStart{PutStart: *p, Copy: true} }), nil
 }
 
 func (s *server) BatchUpsertEnd(ctx context.Context, req *moonraftpb.BatchPutEndRequest) (*moonraftpb.BatchPutEndResponse, error) {

@@ -247,6 +247,12 @@ func registerHistory(ops []Op, entries []oplog.Entry, startUnixMs int64, dropCli
 		if op.Workload != WRegister {
 			continue
 		}
+		if op.Kind == "upsert" {
+			st.Upserts++
+			if op.Code == errcode.ObjectReplicaBusy.String() {
+				st.UpsertsBusy++
+			}
+		}
 		in := regInput{Kind: op.Kind, Key: op.Key}
 		var o regOutput
 		ret := op.Return
@@ -356,12 +362,17 @@ func boundByLaterWrite(l *keyLog, okReturn map[uint64]int64, seq uint64) int64 {
 	return never
 }
 
-// registerStats says how the unknown outcomes were settled.
+// registerStats says how the unknown outcomes were settled, and how many
+// upserts were refused busy.
 type registerStats struct {
 	Unknown    int `json:"unknown"`     // register ops whose outcome the client did not learn
 	SettledYes int `json:"settled_yes"` // ... that the OpLog shows applied
 	SettledNo  int `json:"settled_no"`  // ... that the OpLog shows not applied (dropped)
 	Open       int `json:"open"`        // ... left nondeterministic
+	Upserts    int `json:"upserts"`     // upsert ops
+	// UpsertsBusy were refused OBJECT_REPLICA_BUSY: a leased object is
+	// copied (issue 42), so only a replica held by another task would be.
+	UpsertsBusy int `json:"upserts_busy"`
 }
 
 // regMeta identifies a porcupine operation: the history op (or, negative,

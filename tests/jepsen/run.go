@@ -556,9 +556,10 @@ func renderReport(s summary) string {
 		fmt.Fprintf(&b, " **%d / %d / %d** |", c.Ops, c.Unknown, c.Violations)
 	}
 	b.WriteString("\n\n")
-	fmt.Fprintf(&b, "- register: %d porcupine ops over %d keys (%d OpLog drops), result %s in %.1f s; of %d unknown outcomes the OpLog settled %d as applied and %d as not, %d left open\n",
+	fmt.Fprintf(&b, "- register: %d porcupine ops over %d keys (%d OpLog drops), result %s in %.1f s; of %d unknown outcomes the OpLog settled %d as applied and %d as not, %d left open; %d upserts, %d refused OBJECT_REPLICA_BUSY\n",
 		s.Register.Ops, s.Register.Keys, s.Register.Drops, s.Register.Result, s.Register.CheckSeconds,
-		s.RegisterSettled.Unknown, s.RegisterSettled.SettledYes, s.RegisterSettled.SettledNo, s.RegisterSettled.Open)
+		s.RegisterSettled.Unknown, s.RegisterSettled.SettledYes, s.RegisterSettled.SettledNo, s.RegisterSettled.Open,
+		s.RegisterSettled.Upserts, s.RegisterSettled.UpsertsBusy)
 	fmt.Fprintf(&b, "- set: %d acknowledged, %d unknown (%d found at the end), %d failed, %d removed (+%d unknown), %d removed by the state machine, %d present at the end\n",
 		s.Set.Acked, s.Set.Unknown, s.Set.Recovered, s.Set.Failed, s.Set.Removed, s.Set.RemovedUnknown, s.Set.SystemRemoved, s.Set.Present)
 	fmt.Fprintf(&b, "- lease: %d leases checked; %d unforced removes tried within one (%d refused OBJECT_HAS_LEASE), %d removes ok outside leases, %d reads within a lease, %d evictions (%d of keys once leased)\n",
