@@ -29,15 +29,7 @@ func TestLeaseInvariant(t *testing.T) {
 				}
 			}
 		}
-		forced := false
-		switch c := cmd.(type) {
-		case *Remove:
-			forced = c.Force
-		case *RemoveByRegex:
-			forced = c.Force
-		case *RemoveAll:
-			forced = c.Force
-		}
+		forced := forcedRemoval(cmd)
 		seq := f.appliedSeq
 		f.Apply(Encode(cmd))
 		for _, e := range entries(f) {
@@ -56,6 +48,19 @@ func TestLeaseInvariant(t *testing.T) {
 		}
 	}
 	require.Greater(t, checked, 1000, "the stream must remove leased-then-expired keys often")
+}
+
+// forcedRemoval reports whether cmd is a removal that ignores leases.
+func forcedRemoval(cmd Command) bool {
+	switch c := cmd.(type) {
+	case *Remove:
+		return c.Force
+	case *RemoveByRegex:
+		return c.Force
+	case *RemoveAll:
+		return c.Force
+	}
+	return false
 }
 
 // TestLeasedBuffersStayPut runs a long random stream and checks the rule
@@ -94,15 +99,7 @@ func TestLeasedBuffersStayPut(t *testing.T) {
 		} else {
 			cmd = g.next(f)
 		}
-		forced := false
-		switch c := cmd.(type) {
-		case *Remove:
-			forced = c.Force
-		case *RemoveByRegex:
-			forced = c.Force
-		case *RemoveAll:
-			forced = c.Force
-		}
+		forced := forcedRemoval(cmd)
 		f.Apply(Encode(cmd))
 		switch c := cmd.(type) {
 		case *Tick:
