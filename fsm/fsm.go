@@ -107,11 +107,17 @@ type session struct {
 
 // FSM is the replicated state machine.
 type FSM struct {
-	params             Params
-	nowMs              int64
-	appliedSeq         uint64
-	leaseFloorMs       int64 // Promote's lease for every object, without touching each
-	needSpace          bool
+	params       Params
+	nowMs        int64
+	appliedSeq   uint64
+	leaseFloorMs int64 // Promote's lease for every object, without touching each
+	needSpace    bool
+	// expiryBounded: a Tick with ExpireMax has been applied, so sessions
+	// past their deadline may wait several ticks for their expiry; their
+	// segments take no new buffers meanwhile (open). Set by the first
+	// bounded tick, which an older node halts at, so every node that
+	// applies what follows knows the rule.
+	expiryBounded      bool
 	leaderID           string
 	leaderAddr         string
 	leaderMooncakeAddr string // "" when the leader serves no Mooncake protocol

@@ -440,6 +440,40 @@ func TestExpiryBounded(t *testing.T) {
 	}
 }
 
+// TestLapsedSessionTakesNoObjects: once expiry is bounded, the segment of
+// a session past its deadline, waiting for a tick to expire it, gets no new
+// buffers (a ping revives it); an older leader's unbounded ticks leave the
+// rule off, as it was, and a snapshot keeps it on.
+func TestLapsedSessionTakesNoObjects(t *testing.T) {
+	x := newH(t)
+	x.mount("c2", "s2", 1<<20, 1000) // expired first: its deadline is the earliest
+	x.put("c2/k", "c2", 10)
+	x.now++
+	x.mount("c1", "s1", 0, 1000)
+	x.now++
+	x.mount("c3", "s3", 2<<20, 1000)
+	place := func(key, client string) string {
+		t.Helper()
+		x.ok(&PutStart{NowMs: x.now, Key: key, SliceLengths: []uint64{10}, ReplicaNum: 1, PreferredSegment: "name-s1", ClientID: client})
+		o, _ := x.f.getObject(key)
+		return o.replicas[0].buffers[0].seg.id
+	}
+	x.now += x.f.params.ClientTTLMs
+	assert.Equal(t, "s1", place("before", "c3"), "no bounded tick yet: the rule is off")
+
+	r := x.ok(&Tick{NowMs: x.now, ExpireMax: 1, Pings: []lease.Ping{{ClientID: "c3", AtMs: x.now}}})
+	assert.Equal(t, uint64(1), r.Removed, "c2's object; c1 waits for the next tick")
+	require.True(t, x.f.HasSession("c1"))
+	assert.Equal(t, "s3", place("after", "c3"), "c1 is past its deadline: its segment takes nothing")
+
+	g := roundTrip(t, x.f)
+	assert.True(t, g.expiryBounded, "the snapshot keeps the rule")
+	assert.Equal(t, x.f.Digest(), g.Digest())
+
+	x.ok(&Tick{NowMs: x.now, Pings: []lease.Ping{{ClientID: "c1", AtMs: x.now}, {ClientID: "c3", AtMs: x.now}}})
+	assert.Equal(t, "s1", place("revived", "c3"), "a ping in time keeps the session and opens its segment again")
+}
+
 func TestPromote(t *testing.T) {
 	x := newH(t)
 	x.mount("c1", "s1", 0, 1000)

@@ -4,6 +4,7 @@ import (
 	"regexp"
 
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/lease"
 	"github.com/moonraft/moonraft/oplog"
 )
 
@@ -119,19 +120,34 @@ func (f *FSM) allocate(c *PutStart, keySeq uint64) ([]replica, bool) {
 // and it has room, else the first with room in rotation order from start,
 // first among segments no other replica uses, then among all.
 func (f *FSM) chooseSegment(size uint64, start int, avoid map[*segment]bool, preferred *segment, usePreferred bool) *segment {
-	if usePreferred && preferred != nil && !preferred.draining && preferred.alloc.largest() >= size {
+	if usePreferred && preferred != nil && f.open(preferred) && preferred.alloc.largest() >= size {
 		return preferred
 	}
 	n := len(f.segOrder)
 	for pass := 0; pass < 2; pass++ {
 		for i := 0; i < n; i++ {
 			s := f.segOrder[(start+i)%n]
-			if (pass == 1 || !avoid[s]) && !s.draining && s.alloc.largest() >= size {
+			if (pass == 1 || !avoid[s]) && f.open(s) && s.alloc.largest() >= size {
 				return s
 			}
 		}
 	}
 	return nil
+}
+
+// open reports whether s takes new buffers: not while it drains, nor, once
+// expiry is bounded (expiryBounded), while its session is past its deadline
+// and waits for a tick to expire it, which would only remove the new
+// object with the segment (RELIABILITY finding 24).
+func (f *FSM) open(s *segment) bool {
+	if s.draining {
+		return false
+	}
+	if !f.expiryBounded {
+		return true
+	}
+	d, ok := f.deadlines.Deadline(s.clientID)
+	return !ok || lease.Active(d, f.nowMs)
 }
 
 // fnv64a is FNV-1a, inline because hash/fnv puts a hasher on the heap.

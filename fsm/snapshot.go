@@ -62,6 +62,7 @@ type meta struct {
 	leaderAddr         string
 	leaderMooncakeAddr string
 	term               uint64
+	expiryBounded      bool
 }
 
 type sessionRec struct {
@@ -71,7 +72,7 @@ type sessionRec struct {
 }
 
 func (f *FSM) meta() meta {
-	return meta{f.params, f.nowMs, f.appliedSeq, f.leaseFloorMs, f.needSpace, f.leaderID, f.leaderAddr, f.leaderMooncakeAddr, f.term}
+	return meta{f.params, f.nowMs, f.appliedSeq, f.leaseFloorMs, f.needSpace, f.leaderID, f.leaderAddr, f.leaderMooncakeAddr, f.term, f.expiryBounded}
 }
 
 // Snapshot captures the state. It must be called with Apply excluded (the
@@ -183,8 +184,12 @@ func (s *Snapshot) writeSections(w *snapshots.Writer) error {
 		e.str(m.leaderID)
 		e.str(m.leaderAddr)
 		e.u64(m.term)
-		if m.leaderMooncakeAddr != "" { // without: the earlier format, byte for byte
+		// Without either: the earlier format, byte for byte.
+		if m.leaderMooncakeAddr != "" || m.expiryBounded {
 			e.str(m.leaderMooncakeAddr)
+		}
+		if m.expiryBounded {
+			e.bool(true)
 		}
 		return rec()
 	})
@@ -462,6 +467,14 @@ func (rs *restorer) meta(d *dec) error {
 	f.term = d.u64()
 	if d.Remaining() > 0 {
 		f.leaderMooncakeAddr = d.str()
+		if d.Remaining() > 0 {
+			if f.expiryBounded = d.bool(); !f.expiryBounded && d.err() == nil {
+				return corrupt("meta record: bounded expiry written as false (not canonical)")
+			}
+		}
+		if d.err() == nil && !f.expiryBounded && f.leaderMooncakeAddr == "" {
+			return corrupt("meta record: an empty Mooncake address without bounded expiry (not canonical)")
+		}
 	}
 	if d.err() != nil {
 		return d.err()

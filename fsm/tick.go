@@ -40,6 +40,9 @@ func (f *FSM) tick(c *Tick) Result {
 		}
 	}
 	var res Result
+	if c.ExpireMax > 0 {
+		f.expiryBounded = true
+	}
 	res.Removed = f.expireSessions(c.ExpireMax)
 	res.Removed += f.reclaimStalePuts()
 	f.releaseDiscarded()
