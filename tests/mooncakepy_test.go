@@ -19,6 +19,12 @@ import (
 // (Debian's, Python 3.11; ../shared/mooncake/README.md).
 const python3 = "/usr/bin/python3"
 
+// testsDir is this package's source directory.
+func testsDir() string {
+	_, self, _, _ := runtime.Caller(0)
+	return filepath.Dir(self)
+}
+
 // TestMooncakePythonClient: Mooncake's Python module (mooncake.store, as
 // vLLM's and SGLang's connectors use it), unmodified, given a follower's
 // address, runs a KV-cache-shaped loop (tests/mooncakepy/loop.py: batches of
@@ -29,8 +35,7 @@ func TestMooncakePythonClient(t *testing.T) {
 	mcDir := filepath.Dir(filepath.Dir(mooncakeBin(t, "store_c_smoke")))
 	_, err := os.Stat(python3)
 	require.NoError(t, err, "Debian's python3 runs Mooncake's Python module (.ci/run installs it)")
-	_, self, _, _ := runtime.Caller(0)
-	loop := filepath.Join(filepath.Dir(self), "mooncakepy", "loop.py")
+	loop := filepath.Join(testsDir(), "mooncakepy", "loop.py")
 
 	dir := t.TempDir()
 	c := StartCluster(t, dir, 3)
