@@ -67,7 +67,8 @@ scale: build
 	cat $(SCALE_OUT)/scale.txt
 
 # The same Mooncake HA client loop while the serving master is killed:
-# Mooncake's own HA pair against moonraft (docs/BENCHMARKS.md).
+# Mooncake's own HA pair against moonraft; then plain C and Python clients
+# behind haproxy, without etcd (docs/BENCHMARKS.md).
 mooncake-failover: build
 	./scripts/mooncake-failover.sh
 
