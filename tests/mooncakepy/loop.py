@@ -2,7 +2,8 @@
 """A KV-cache-shaped loop over Mooncake's Python store module (mooncake.store),
 through the calls vLLM's and SGLang's Mooncake connectors make: batches of
 blocks written from a registered buffer (batch_put_from), checked
-(batch_is_exist) and read back into one (batch_get_into), and removed.
+(batch_is_exist) and read back into one (batch_get_into), and removed
+(remove, batch_remove).
 
 Usage: loop.py MASTER SECONDS
 
@@ -79,7 +80,9 @@ def main():
         batches.append(ok)
         while kept > KEEP:
             old = batches.popleft()
-            rcs = store.batch_remove(old, force=False) if old else []
+            if old:  # one key by remove, the rest by batch_remove
+                store.remove(old[0])
+                store.batch_remove(old[1:], force=False)
             for k in old:
                 # Removed or not (an unknown outcome across a failover), the
                 # block is no longer checked.
