@@ -10,15 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/fsm"
-	"github.com/moonraft/moonraft/internal/child"
-	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/internal/localcluster"
 	"github.com/moonraft/moonraft/internal/svgplot"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
@@ -464,92 +461,6 @@ func (s *scaleRun) idle(ctx context.Context, l *localcluster.Node, r *scaleResul
 	return nil
 }
 
-// probe is one writer of put pairs, recording each call's start, latency
-// and outcome.
-type probe struct {
-	stop context.CancelFunc
-	done chan struct{}
-	mu   sync.Mutex
-	obs  []probeObs
-}
-
-type probeObs struct {
-	at  time.Time
-	lat time.Duration
-	err error
-}
-
-// startProbe starts a probe on a connection of its own, as a client
-// apart from the load's would be.
-func (s *scaleRun) startProbe(ctx context.Context, name string) (*probe, error) {
-	cl, err := client.Dial(client.Config{Endpoints: s.lc.endpoints(), MaxBackoff: 100 * time.Millisecond})
-	if err != nil {
-		return nil, err
-	}
-	ctx, stop := context.WithCancel(ctx)
-	p := &probe{stop: stop, done: make(chan struct{})}
-	owner := s.clients[0].id
-	go func() {
-		defer close(p.done)
-		defer cl.Close()
-		for i := 0; ctx.Err() == nil; i++ {
-			key := fmt.Sprintf("scale-%s/%d-%d", name, time.Now().UnixNano(), i)
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			at := time.Now()
-			_, err := cl.PutStart(cctx, key, []uint64{scaleObject}, client.ReplicateConfig{ReplicaNum: 1}, owner)
-			if err == nil {
-				err = cl.PutEnd(cctx, key, owner)
-			}
-			cancel()
-			if ctx.Err() != nil {
-				return
-			}
-			p.mu.Lock()
-			p.obs = append(p.obs, probeObs{at, time.Since(at), err})
-			p.mu.Unlock()
-			if err != nil {
-				time.Sleep(10 * time.Millisecond)
-			} else {
-				s.filled.Add(1)
-			}
-		}
-	}()
-	return p, nil
-}
-
-// firstAnsweredAfter is how long after t the first write sent after t was
-// answered, in ms (0: none yet). One sent before may have been answered
-// by the old leader just before it died.
-func (p *probe) firstAnsweredAfter(t time.Time) float64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, o := range p.obs {
-		if o.err == nil && o.at.After(t) {
-			return float64(o.at.Add(o.lat).Sub(t).Microseconds()) / 1000
-		}
-	}
-	return 0
-}
-
-// written is how many put pairs the probe has had answered OK.
-func (p *probe) written() uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var n uint64
-	for _, o := range p.obs {
-		if o.err == nil {
-			n++
-		}
-	}
-	return n
-}
-
-func (p *probe) finish() []probeObs {
-	p.stop()
-	<-p.done
-	return p.obs
-}
-
 // snapshots churns — puts batches of objects and removes them, so the log
 // grows and the state does not — until every node has written a
 // snapshot of the filled state (its snapshot rule decides when: once the
@@ -659,123 +570,6 @@ func percentile(vs []float64, q float64) float64 {
 	}
 	slices.Sort(vs)
 	return vs[min(len(vs)-1, int(q*float64(len(vs))))]
-}
-
-// failover SIGKILLs the leader under the probe's writes: the time to the
-// next answered write, and whether every client's session survived; then
-// it restarts the old leader on its data dir and times its catch-up.
-func (s *scaleRun) failover(ctx context.Context, n uint64, r *scaleResult) error {
-	l, err := s.lc.leader(ctx)
-	if err != nil {
-		return err
-	}
-	pr, err := s.startProbe(ctx, "failover")
-	if err != nil {
-		return err
-	}
-	time.Sleep(2 * time.Second)
-	progressf("failover: killing the leader %s", l.ID)
-	kill := time.Now()
-	l.Kill()
-	profiled := s.profileSurvivors(ctx, l, fmt.Sprintf("scale-%d-failover", n))
-	defer profiled()
-	nl, err := s.lc.leader(ctx)
-	if err != nil {
-		pr.finish()
-		return err
-	}
-	r.FailoverPromotedMs = float64(time.Since(kill).Microseconds()) / 1000
-	for deadline := time.Now().Add(30 * time.Second); r.FailoverMs == 0; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			pr.finish()
-			return fmt.Errorf("no write answered within 30 s of killing the leader %s", l.ID)
-		}
-		r.FailoverMs = pr.firstAnsweredAfter(kill)
-	}
-	pr.finish()
-	progressf("restarting %s on its data dir", l.ID)
-	t0 := time.Now()
-	if err := l.Start(); err != nil {
-		return err
-	}
-	if err := s.lc.caughtUp(ctx, l); err != nil {
-		return err
-	}
-	r.RestartSecs = time.Since(t0).Seconds()
-	// A session the failover cost has expired by now: a client TTL
-	// (10 s) after the kill, with every client pinging.
-	time.Sleep(time.Until(kill.Add(12 * time.Second)))
-	st, err := s.lc.cl.Progress(ctx, nl.GRPCAddr)
-	if err != nil {
-		return err
-	}
-	r.SessionsLost = len(s.clients) - int(st.Sessions)
-	return nil
-}
-
-// profileSurvivors saves, with --profile, a CPU profile of each node but
-// dead for failoverProfile from now (the election, the promotion and the
-// first writes), as <prefix>-<id>.cpu; the returned func waits for them.
-func (s *scaleRun) profileSurvivors(ctx context.Context, dead *localcluster.Node, prefix string) (wait func()) {
-	var wg sync.WaitGroup
-	if s.cfg.profileDir == "" {
-		return wg.Wait
-	}
-	for _, p := range s.lc.procs {
-		if p == dead {
-			continue
-		}
-		wg.Go(func() {
-			path := filepath.Join(s.cfg.profileDir, fmt.Sprintf("%s-%s.cpu", prefix, p.ID))
-			which := fmt.Sprintf("profile?seconds=%d", int(failoverProfile/time.Second))
-			if err := savePprof(ctx, p, which, path); err != nil {
-				progressf("no failover profile of %s: %v", p.ID, err)
-			}
-		})
-	}
-	return wg.Wait
-}
-
-// failoverProfile is how long a failover's CPU profiles run.
-const failoverProfile = 3 * time.Second
-
-// join starts a fourth node with an empty data dir, joining through the
-// leader (which sends it a snapshot), times its catch-up, and removes it.
-func (s *scaleRun) join(ctx context.Context, r *scaleResult) error {
-	l, err := s.lc.leader(ctx)
-	if err != nil {
-		return err
-	}
-	j := &localcluster.Node{ID: "n3", Proc: child.Proc{Bin: s.cfg.moonraftBin}}
-	j.DataDir = filepath.Join(s.lc.dir, fmt.Sprintf("join-%d", len(s.rep.Sizes)))
-	for _, a := range []*string{&j.RaftAddr, &j.GRPCAddr, &j.HTTPAddr} {
-		if *a, err = freeport.Addr(); err != nil {
-			return err
-		}
-	}
-	j.Args = []string{"--id", j.ID, "--data-dir", j.DataDir, "--raft-addr", j.RaftAddr, "--grpc-addr", j.GRPCAddr,
-		"--http-addr", j.HTTPAddr, "--join", l.GRPCAddr, "--etcd-endpoints", strings.Join(s.lc.etcdP.endpoints(), ","), "--log-level", "warn"}
-	j.Args = append(j.Args, s.cfg.nodeFlags...)
-	progressf("joining a fresh node")
-	t0 := time.Now()
-	if err := j.Start(); err != nil {
-		return err
-	}
-	defer func() {
-		_ = retryUntil(ctx, 30*time.Second, func(ctx context.Context) error { return s.lc.cl.RemoveServer(ctx, j.ID) })
-		localcluster.StopAll([]*localcluster.Node{j})
-		os.RemoveAll(j.DataDir)
-	}()
-	if err := s.lc.caughtUp(ctx, j); err != nil {
-		return err
-	}
-	r.JoinSecs = time.Since(t0).Seconds()
-	m, err := s.metrics(ctx, j)
-	if err != nil {
-		return err
-	}
-	r.JoinBySnapshot = histCount(m, "moonraft_snapshot_write_seconds") > 0
-	return nil
 }
 
 func (r *scaleResult) print(w io.Writer) {
