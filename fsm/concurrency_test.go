@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -15,7 +16,8 @@ import (
 // used as a node uses it — Apply under the write lock; reads, digests
 // (status) and the exporter's ring reads under the read lock, its entries
 // built outside it; snapshots taken under the lock and written while Apply
-// goes on; the leader's key index dropped and refilled — and to a state
+// goes on; the leader's key index rebuilt from a clone while Apply goes
+// on — and to a state
 // used by nothing else. Results, OpLog output and digests must stay equal,
 // and every snapshot must restore to the state of its moment. Under -race
 // it also catches a write the lock does not cover (docs/RELIABILITY.md,
@@ -64,6 +66,9 @@ func TestConcurrentUseKeepsTheState(t *testing.T) {
 		err    error
 	}
 	snaps := make(chan written, 64)
+	var building sync.WaitGroup
+	var build *KeyIndexBuild
+	built := make(chan error, 1)
 	var writers sync.WaitGroup
 	for i := 1; i <= total; i++ {
 		cmd := g.next(ref)
@@ -73,10 +78,14 @@ func TestConcurrentUseKeepsTheState(t *testing.T) {
 		got := live.Apply(entry)
 		switch {
 		case i%300 == 0:
-			live.IndexKeys(false)
-			live.IndexKeys(true)
-		case i%7 == 0:
-			live.IndexSome(5)
+			// A new leader's index: built from a clone while applies go
+			// on, finished under the lock.
+			b := live.StartKeyIndex()
+			building.Go(func() { built <- b.Build(context.Background()) })
+			build = b
+		case i%300 == 150 && build != nil:
+			require.NoError(t, <-built)
+			require.True(t, live.FinishKeyIndex(build))
 		}
 		var snap *Snapshot
 		if i%500 == 0 {
@@ -102,6 +111,7 @@ func TestConcurrentUseKeepsTheState(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	writers.Wait()
+	building.Wait()
 	close(snaps)
 	n := 0
 	for w := range snaps {

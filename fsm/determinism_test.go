@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"context"
 	"math/rand/v2"
 	"testing"
 
@@ -13,8 +14,9 @@ import (
 // TestDeterminism feeds the same seeded stream of 100,000 commands to two
 // FSMs, and from the middle on to a third restored from a snapshot of the
 // first. The second and third keep the leader's key index (IndexKeys); the
-// second drops it every 200 commands and fills it again a key every few
-// commands, so that commands meet it partly built. Every 997 commands the
+// second drops it every 200 commands and builds it again as a new leader
+// does (StartKeyIndex, Build, FinishKeyIndex), with commands applied
+// between each step, so that commands meet a build in progress. Every 997 commands the
 // second is snapshotted, and the snapshot written 300 commands later (as
 // Raft persists one while applies go on) must restore to the state of its
 // moment. At every
@@ -30,7 +32,7 @@ func TestDeterminism(t *testing.T) {
 	rng := rand.New(rand.NewPCG(20261121, 1))
 	g := newGen(rng)
 	a, b := New(), New()
-	b.IndexKeys(true)
+	build := b.StartKeyIndex()
 	var c *FSM
 	var outA, outB, outC []oplog.Entry
 	collect := func(f *FSM, out *[]oplog.Entry, seqBefore uint64) {
@@ -48,18 +50,21 @@ func TestDeterminism(t *testing.T) {
 		pendDigest [32]byte
 		pendAt     int
 	)
-	partial := 0 // commands applied to b with its key index partly built
+	partial := 0 // commands applied to b with its key index being built
 	for i := 1; i <= total; i++ {
 		cmd := g.next(a)
 		entry := Encode(cmd)
 		seqA, seqB := a.appliedSeq, b.appliedSeq
 		ra := a.Apply(entry)
-		if !b.indexDone {
+		if b.keyBuild != nil {
 			partial++
 		}
 		rb := b.Apply(entry)
-		if i%8 == 0 {
-			b.IndexSome(1)
+		switch i % 200 {
+		case 50:
+			require.NoError(t, build.Build(context.Background()))
+		case 120:
+			require.True(t, b.FinishKeyIndex(build))
 		}
 		if i%997 == 0 && pendSnap == nil {
 			pendSnap, pendDigest, pendAt = b.Snapshot(), a.Digest(), i
@@ -84,7 +89,7 @@ func TestDeterminism(t *testing.T) {
 		if i%200 == 0 {
 			require.NoError(t, b.CheckInvariants(), "command %d", i)
 			b.IndexKeys(false)
-			b.IndexKeys(true)
+			build = b.StartKeyIndex()
 		}
 		o := seen[cmd.Type()]
 		if o == nil {
@@ -106,7 +111,7 @@ func TestDeterminism(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, a.appliedSeq, h.AppliedSeq)
 			c.IndexKeys(true)
-			require.True(t, c.IndexSome(c.objects.Len()), "the index of a restored state fills")
+			require.Len(t, c.byKey, c.objects.Len(), "the index of a restored state is built")
 			outC = append([]oplog.Entry(nil), outA...)
 		}
 		if i%checkEvery == 0 {
@@ -134,7 +139,7 @@ func TestDeterminism(t *testing.T) {
 		require.Positive(t, seen[typ].failed, "%v never failed", typ)
 	}
 	require.Positive(t, evicted, "no eviction happened")
-	require.Greater(t, partial, total/10, "the key index was rarely partly built (%d objects at the end)", a.objects.Len())
+	require.Greater(t, partial, total/10, "the key index was rarely being built (%d objects at the end)", a.objects.Len())
 	require.Greater(t, removed, evicted, "no other removal happened")
 	sources := map[oplog.Source]int{}
 	for i, e := range outA {

@@ -149,12 +149,11 @@ type FSM struct {
 	discarded []discard
 
 	// Derived indexes, rebuilt on restore and not part of the digest.
-	// byKey (nil unless IndexKeys) finds an object in one hash probe where
-	// the tree takes ~17 string comparisons, each a cache miss. Until
-	// indexDone it covers the keys before indexNext.
+	// byKey (nil unless the leader's index is built, keyindex.go) finds an
+	// object in one hash probe where the tree takes ~17 string
+	// comparisons, each a cache miss; keyBuild is an index being built.
 	byKey      map[string]objItem
-	indexNext  string
-	indexDone  bool
+	keyBuild   *KeyIndexBuild
 	processing procIndex
 	tombQueue  fifo[tombstone] // in removal order: removedAtMs never decreases
 }
@@ -246,59 +245,9 @@ func (f *FSM) exportFull() error {
 	return nil
 }
 
-// IndexKeys starts (on) or drops the hash index of the objects by key. The
-// leader, which looks keys up by the hundred thousand a second for reads,
-// keeps one; followers, which only apply writes, are spared its cost (a
-// map insert per write, ~100 bytes per object). The index changes no
-// answer, only how fast it comes: the tree stays for ordered scans and the
-// snapshot's copy-on-write clone. A started index fills in key order
-// through IndexSome, so that no single call holds the state for long
-// (~0.5 s per million objects in all).
-func (f *FSM) IndexKeys(on bool) {
-	switch {
-	case !on:
-		f.byKey, f.indexNext, f.indexDone = nil, "", false
-	case f.byKey == nil:
-		f.byKey = make(map[string]objItem, f.objects.Len())
-		f.indexNext, f.indexDone = "", f.objects.Len() == 0
-	}
-}
-
-// IndexSome adds up to n more objects to a started key index and reports
-// whether it now holds every object (true too when no index is started).
-func (f *FSM) IndexSome(n int) bool {
-	if f.byKey == nil || f.indexDone {
-		return true
-	}
-	f.indexDone = true
-	f.objects.AscendGreaterOrEqual(objItem{key: f.indexNext}, func(it objItem) bool {
-		if n == 0 {
-			f.indexNext, f.indexDone = it.key, false
-			return false
-		}
-		f.byKey[it.key] = it
-		n--
-		return true
-	})
-	return f.indexDone
-}
-
 func (f *FSM) getObject(key string) (*object, bool) {
 	it, ok := f.findObject(key)
 	return it.obj, ok
-}
-
-// findObject finds key through the key index where it already covers key
-// (putObject and forget keep it current for every key), else through the
-// tree. The item's key is the state's own copy of the string: a read
-// hands it on to the renewal batcher, whose map then compares pointers
-// instead of bytes, and holds no request buffer alive.
-func (f *FSM) findObject(key string) (objItem, bool) {
-	if f.byKey != nil && (f.indexDone || key < f.indexNext) {
-		it, ok := f.byKey[key]
-		return it, ok
-	}
-	return f.objects.Get(objItem{key: key})
 }
 
 // putObject stores o, which must not be stored yet (a new object or a
@@ -318,9 +267,7 @@ func (f *FSM) putObject(key string, o *object) {
 func (f *FSM) storeObject(key string, o *object) (old objItem, had bool) {
 	o.gen = f.gen
 	old, had = f.objects.ReplaceOrInsert(objItem{key, o})
-	if f.byKey != nil {
-		f.byKey[key] = objItem{key, o}
-	}
+	f.indexKey(key, objItem{key, o})
 	if o.processing() {
 		f.processing.set(key, o)
 	} else {

@@ -54,7 +54,7 @@ func (f *FSM) CheckInvariants() error {
 				err = fmt.Errorf("object %q is not what the key index holds", it.key)
 				return false
 			}
-		} else if f.byKey != nil && (f.indexDone || it.key < f.indexNext) {
+		} else if f.byKey != nil {
 			err = fmt.Errorf("object %q is missing from the key index", it.key)
 			return false
 		}

@@ -206,7 +206,7 @@ func (f *FSM) Stats() Stats {
 		LeaderAddr:         f.leaderAddr,
 		LeaderMooncakeAddr: f.leaderMooncakeAddr,
 		Term:               f.term,
-		KeyIndex:           f.byKey != nil && f.indexDone,
+		KeyIndex:           f.byKey != nil,
 	}
 }
 

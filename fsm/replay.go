@@ -356,6 +356,6 @@ func (f *FSM) forget(key string) {
 	if it, ok := f.objects.Delete(objItem{key: key}); ok {
 		unindexSegments(key, it.obj)
 	}
-	delete(f.byKey, key)
+	f.indexKey(key, objItem{})
 	f.processing.remove(key)
 }

@@ -95,13 +95,13 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		}
 	}
 	n.sm.setIndexKeys(true)
-	// The key index fills beside the ticker, which must not wait for it.
-	filled := make(chan struct{})
+	// The key index builds beside the ticker, which must not wait for it.
+	built := make(chan struct{})
 	go func() {
-		defer close(filled)
-		n.sm.fillKeyIndex(ctx)
+		defer close(built)
+		n.sm.buildKeyIndex(ctx)
 	}()
-	defer func() { <-filled }()
+	defer func() { <-built }()
 	releasing := make(chan struct{})
 	go func() {
 		defer close(releasing)

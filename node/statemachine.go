@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math"
 	"sync"
 	"sync/atomic"
 
@@ -136,7 +135,6 @@ func (s *stateMachine) Restore(rc io.ReadCloser) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next.IndexKeys(s.indexKeys)
-	next.IndexSome(math.MaxInt)
 	s.f = next
 	s.appliedIndex.Store(h.RaftIndex)
 	s.appliedTerm.Store(h.RaftTerm)
@@ -144,30 +142,32 @@ func (s *stateMachine) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// setIndexKeys starts or drops the state's key index (fsm.IndexKeys): the
-// leader looks keys up for reads, followers only apply.
+// setIndexKeys says whether the state keeps its key index (fsm.IndexKeys):
+// the leader looks keys up for reads, followers only apply. Off drops it;
+// on, buildKeyIndex builds it and a restored state comes with one.
 func (s *stateMachine) setIndexKeys(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.indexKeys = on
-	s.f.IndexKeys(on)
-}
-
-// fillKeyIndex fills a started key index, indexKeysStep objects at a time so
-// that applies and reads wait at most a few milliseconds for each step.
-func (s *stateMachine) fillKeyIndex(ctx context.Context) {
-	for ctx.Err() == nil {
-		s.mu.Lock()
-		done := s.f.IndexSome(indexKeysStep)
-		s.mu.Unlock()
-		if done {
-			return
-		}
+	if !on {
+		s.f.IndexKeys(false)
 	}
 }
 
-// indexKeysStep: ~5 ms of index building at ~0.5 µs per object.
-const indexKeysStep = 10_000
+// buildKeyIndex builds the state's key index from a clone of its objects,
+// holding the state's lock only to start and to finish: applies, reads and
+// pings go on meanwhile (fsm/keyindex.go).
+func (s *stateMachine) buildKeyIndex(ctx context.Context) {
+	s.mu.Lock()
+	b := s.f.StartKeyIndex()
+	s.mu.Unlock()
+	if b.Build(ctx) != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.f.FinishKeyIndex(b)
+}
 
 // read runs fn with the state read-locked.
 func (s *stateMachine) read(fn func(f *fsm.FSM)) {
