@@ -84,7 +84,7 @@ func (c *Client) TransferLeadership(ctx context.Context, id string) error {
 // SnapshotSave writes a fresh snapshot of the leader's state into w. It is
 // retried (at the leader) only until the first byte reaches w.
 func (c *Client) SnapshotSave(ctx context.Context, w io.Writer) error {
-	return c.do(ctx, true, func(ctx context.Context, mc moonraftpb.MasterClient, sent grpc.CallOption) (*moonraftpb.Status, error) {
+	return c.do(ctx, retryMode{idempotent: true}, func(ctx context.Context, mc moonraftpb.MasterClient, sent grpc.CallOption) (*moonraftpb.Status, error) {
 		stream, err := mc.SnapshotSave(ctx, &moonraftpb.SnapshotSaveRequest{}, sent)
 		if err != nil {
 			return nil, err
@@ -125,7 +125,7 @@ func (c *Client) SnapshotRestore(ctx context.Context, r io.Reader) error {
 	}
 	consumed := false
 	var refused error
-	return c.do(ctx, false, func(ctx context.Context, mc moonraftpb.MasterClient, sent grpc.CallOption) (*moonraftpb.Status, error) {
+	return c.do(ctx, retryMode{}, func(ctx context.Context, mc moonraftpb.MasterClient, sent grpc.CallOption) (*moonraftpb.Status, error) {
 		if consumed {
 			if seeker == nil {
 				return nil, permanent{errcode.New(errcode.InvalidParams,

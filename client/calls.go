@@ -361,7 +361,11 @@ type PingResult struct {
 
 // Ping renews clientID's session.
 func (c *Client) Ping(ctx context.Context, clientID string) (PingResult, error) {
-	r, err := call(ctx, c, true, moonraftpb.MasterClient.Ping, &moonraftpb.PingRequest{ClientId: clientID})
+	return c.ping(ctx, clientID, retryMode{idempotent: true})
+}
+
+func (c *Client) ping(ctx context.Context, clientID string, mode retryMode) (PingResult, error) {
+	r, err := callIn(ctx, c, mode, moonraftpb.MasterClient.Ping, &moonraftpb.PingRequest{ClientId: clientID})
 	if err != nil {
 		return PingResult{}, err
 	}

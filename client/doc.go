@@ -23,6 +23,12 @@
 // context is done, when the last error is returned. TOO_MANY_REQUESTS is
 // retried at the same endpoint after the same backoff.
 //
+// A Keeper's ping is the exception: it tries each endpoint once, at once,
+// following a NOT_LEADER redirect, and a round without an answer waits for
+// the next one (a second later), as Mooncake's clients do. Backing off
+// within the round, thousands of clients that pinged during an election
+// came back to the new leader in the same few hundred milliseconds.
+//
 // What may be retried depends on whether the request can have been applied:
 //
 //   - A request answered NOT_LEADER or UNAVAILABLE_IN_CURRENT_STATUS was not

@@ -60,12 +60,15 @@ func (k *Keeper) run(ctx context.Context, c *Client, clientID string, segs []fsm
 }
 
 // once pings (and remounts if told to) and returns the session TTL in ms,
-// 0 if the ping failed. Each RPC may retry for at least a second, or one
-// interval if longer, before the next round.
+// 0 if the ping failed. A ping tries each endpoint once, following a
+// redirect, and a failed one waits for the next round, as Mooncake's
+// clients do: backing off within the round would bring every client that
+// pinged during an election to the new leader at once. A remount retries
+// for at least a second, or one interval if longer.
 func (k *Keeper) once(ctx context.Context, c *Client, clientID string, segs []fsm.SegmentSpec, every time.Duration) int64 {
 	budget := max(every, time.Second)
 	pctx, cancel := context.WithTimeout(ctx, budget)
-	p, err := c.Ping(pctx, clientID)
+	p, err := c.ping(pctx, clientID, retryMode{idempotent: true, onePass: true})
 	cancel()
 	ttl := p.TTLMs
 	if err == nil && p.NeedRemount {

@@ -27,15 +27,27 @@ func (p permanent) Error() string { return p.err.Error() }
 // answer, or the gRPC error.
 type attemptFunc func(ctx context.Context, mc moonraftpb.MasterClient, sent grpc.CallOption) (*moonraftpb.Status, error)
 
+// retryMode says how do retries a call.
+type retryMode struct {
+	// idempotent: a request that may have reached a server (and been
+	// applied) may be sent again.
+	idempotent bool
+	// onePass: give up once every known endpoint has been tried without an
+	// answer, at once, instead of backing off and going round again. A
+	// Keeper's ping is tried again at its next round anyway; thousands of
+	// clients backing off through an election would all come back within
+	// the same few hundred milliseconds, on the new leader.
+	onePass bool
+}
+
 // do runs attempt until an answer is final, following NOT_LEADER at once
-// and backing off on anything retryable, until ctx is done; it then returns
-// the last error. idempotent says whether a request that may have reached a
-// server (and been applied) may be sent again.
-func (c *Client) do(ctx context.Context, idempotent bool, attempt attemptFunc) error {
+// and backing off on anything retryable, until ctx is done (or, onePass,
+// until every endpoint has been tried); it then returns the last error.
+func (c *Client) do(ctx context.Context, mode retryMode, attempt attemptFunc) error {
 	delay := firstBackoff
 	var last error
 	redirected := false
-	for {
+	for tried := 1; ; tried++ {
 		if err := ctx.Err(); err != nil {
 			return expired(ctx, last)
 		}
@@ -55,7 +67,7 @@ func (c *Client) do(ctx context.Context, idempotent bool, attempt attemptFunc) e
 				if perm, ok := errors.AsType[permanent](err); ok {
 					return perm.err
 				}
-				rerr, retry := c.rpcError(ep, err, p.Addr != nil, idempotent)
+				rerr, retry := c.rpcError(ep, err, p.Addr != nil, mode.idempotent)
 				if retry && last != nil && (ctx.Err() != nil || status.Code(err) == codes.DeadlineExceeded) {
 					// The call's deadline cut a retry short: the answer
 					// before it says why the call failed, the cut does not.
@@ -105,6 +117,12 @@ func (c *Client) do(ctx context.Context, idempotent bool, attempt attemptFunc) e
 			}
 		} else {
 			c.skip(ep)
+		}
+		if mode.onePass {
+			if tried >= len(c.Endpoints()) || errcode.Of(last) == errcode.TooManyRequests {
+				return last
+			}
+			continue
 		}
 		// Jitter over the upper half of the delay, so clients that lost the same
 		// leader do not all come back at once.
@@ -179,6 +197,13 @@ type response interface {
 func call[Req proto.Message, Resp response](ctx context.Context, c *Client, idempotent bool,
 	rpc func(moonraftpb.MasterClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
 ) (Resp, error) {
+	return callIn(ctx, c, retryMode{idempotent: idempotent}, rpc, req)
+}
+
+// callIn is call retried as mode says.
+func callIn[Req proto.Message, Resp response](ctx context.Context, c *Client, mode retryMode,
+	rpc func(moonraftpb.MasterClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
+) (Resp, error) {
 	var resp Resp
 	// Checked here, not left to gRPC: gRPC fails an unencodable or
 	// oversized request only after opening its stream, which looks like a
@@ -190,7 +215,7 @@ func call[Req proto.Message, Resp response](ctx context.Context, c *Client, idem
 	if len(b) > c.maxSend {
 		return resp, errcode.New(errcode.InvalidParams, "request is %d bytes, over the %d-byte message limit", len(b), c.maxSend)
 	}
-	err = c.do(ctx, idempotent, func(ctx context.Context, mc moonraftpb.MasterClient, sent grpc.CallOption) (*moonraftpb.Status, error) {
+	err = c.do(ctx, mode, func(ctx context.Context, mc moonraftpb.MasterClient, sent grpc.CallOption) (*moonraftpb.Status, error) {
 		r, err := rpc(mc, ctx, req, sent)
 		if err != nil {
 			return nil, err

@@ -436,6 +436,38 @@ func TestKeepAliveRemounts(t *testing.T) {
 	k.Stop() // idempotent
 }
 
+// TestKeepAlivePingsOncePerRound: a Keeper's ping asks each endpoint once,
+// following a redirect, and a round without an answer waits for the next
+// one instead of backing off and retrying: 10,000 clients pinging through
+// an election would otherwise all reach the new leader at once.
+func TestKeepAlivePingsOncePerRound(t *testing.T) {
+	leader, leaderAddr := startNode(t)
+	follower, followerAddr := startNode(t)
+	ctx := ctxT(t, 20*time.Second)
+
+	// No leader anywhere (an election): one refusal from each live node,
+	// then nothing until the next round, an hour away.
+	leader.unavailable.Store(true)
+	follower.unavailable.Store(true)
+	c := dialT(t, followerAddr, deadAddr(t), leaderAddr)
+	k := c.KeepAlive(ctx, "c1", nil, time.Hour)
+	require.Eventually(t, func() bool { return k.Err() != nil }, 5*time.Second, 5*time.Millisecond, "the round ends after one pass")
+	requireCode(t, errcode.UnavailableInCurrentStatus, k.Err())
+	time.Sleep(300 * time.Millisecond)
+	assert.EqualValues(t, 1, follower.refused.Load())
+	assert.EqualValues(t, 1, leader.refused.Load())
+	k.Stop()
+
+	// A follower naming the leader is followed within the round.
+	leader.unavailable.Store(false)
+	follower.unavailable.Store(false)
+	follower.notLeader.Store(&leaderAddr)
+	k = dialT(t, followerAddr).KeepAlive(ctx, "c1", nil, time.Hour)
+	require.Eventually(t, func() bool { return leader.pings.Load() == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, k.Err())
+	k.Stop()
+}
+
 func TestSnapshotStreaming(t *testing.T) {
 	src, srcAddr := startNode(t)
 	srcFollower, srcFollowerAddr := startNode(t)
