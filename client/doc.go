@@ -25,7 +25,9 @@
 //
 // A Keeper's ping is the exception: it tries each endpoint once, at once,
 // following a NOT_LEADER redirect, and a round without an answer waits for
-// the next one (a second later), as Mooncake's clients do. Backing off
+// the next one (a second later), as Mooncake's clients do; only
+// TOO_MANY_REQUESTS (the client's own calls in flight) is retried within
+// the round. Backing off
 // within the round, thousands of clients that pinged during an election
 // came back to the new leader in the same few hundred milliseconds.
 //

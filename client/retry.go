@@ -33,7 +33,8 @@ type retryMode struct {
 	// applied) may be sent again.
 	idempotent bool
 	// onePass: give up once every known endpoint has been tried without an
-	// answer, at once, instead of backing off and going round again. A
+	// answer, at once, instead of backing off and going round again
+	// (TOO_MANY_REQUESTS is still retried after a backoff). A
 	// Keeper's ping is tried again at its next round anyway; thousands of
 	// clients backing off through an election would all come back within
 	// the same few hundred milliseconds, on the new leader.
@@ -118,8 +119,10 @@ func (c *Client) do(ctx context.Context, mode retryMode, attempt attemptFunc) er
 		} else {
 			c.skip(ep)
 		}
-		if mode.onePass {
-			if tried >= len(c.Endpoints()) || errcode.Of(last) == errcode.TooManyRequests {
+		// A refusal for this client's own calls in flight is no election:
+		// it backs off and retries, one pass or not.
+		if mode.onePass && errcode.Of(last) != errcode.TooManyRequests {
+			if tried >= len(c.Endpoints()) {
 				return last
 			}
 			continue

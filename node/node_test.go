@@ -373,6 +373,26 @@ func TestFollowerWaitsOutElection(t *testing.T) {
 	assert.Contains(t, err.Error(), c.cfgs[other].GRPCAddr, "sent to the new leader, not the dead one (%s)", c.cfgs[l].GRPCAddr)
 }
 
+// TestPingDoesNotWaitOutElection: a ping that reaches a node with no
+// promoted leader is answered at once, not held like other calls: its
+// client pings again within a second, and thousands held then let go
+// together would crowd the new leader.
+func TestPingDoesNotWaitOutElection(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	f := (l + 1) % 3
+	c.stop(l)
+	c.stop(3 - l - f) // no quorum: no election can end
+	time.Sleep(c.cfgs[f].HeartbeatTimeout * 3 / 4)
+	bound := 2 * (c.cfgs[f].HeartbeatTimeout + c.cfgs[f].ElectionTimeout)
+	start := time.Now()
+	_, err := c.nodes[f].Ping(ctx(t), "c1")
+	elapsed := time.Since(start)
+	require.Equal(t, errcode.UnavailableInCurrentStatus, errcode.Of(err), "%v", err)
+	assert.Less(t, elapsed, bound/4, "answered at once, not held for the election (up to %v)", bound)
+}
+
 func TestRestartWithDataDir(t *testing.T) {
 	c := newCluster(t, 3, time.Hour)
 	l := c.leader()

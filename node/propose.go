@@ -311,8 +311,15 @@ func (n *Node) renew(g fsm.Grant) {
 }
 
 // Ping records a client's liveness for the next Tick and reports whether
-// the client must remount (it has no session).
+// the client must remount (it has no session). Unlike other calls it does
+// not wait out an election: sessions outlive one (Promote extends them
+// all), the client pings again within a second, and at 10,000 clients the
+// pings held until a promotion, then let go together, kept the new
+// leader's first writes waiting for the CPU for 0.1–0.4 s.
 func (n *Node) Ping(ctx context.Context, clientID string) (needRemount bool, err error) {
+	if !n.IsLeader() {
+		return false, n.notLeader()
+	}
 	err = n.linearizable(ctx, func() error {
 		n.sm.read(func(f *fsm.FSM) { needRemount = !f.HasSession(clientID) })
 		if !needRemount {

@@ -26,7 +26,9 @@ type Data interface {
 	// (not the leader, say); a key's own error is in its answer.
 	BatchGetReplicaList(ctx context.Context, keys []string) ([]fsm.KeyRead, error)
 	BatchExistKey(ctx context.Context, keys []string) ([]fsm.KeyRead, error)
-	// Ping renews a client session; needRemount when it has none.
+	// Ping renews a client session; needRemount when it has none. Unlike
+	// the other calls it does not wait out an election: with no promoted
+	// leader it fails at once, and the client pings again later.
 	Ping(ctx context.Context, clientID string) (needRemount bool, err error)
 	// ClientTTLMs is the session TTL clients ping within.
 	ClientTTLMs() int64
