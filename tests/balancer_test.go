@@ -98,11 +98,7 @@ func startHAProxy(t *testing.T, dir string, servers []*localcluster.Node) string
 // succeeds after the kill. The C loop (tests/mooncakeloop, the store's C
 // API) and the Python loop (tests/mooncakepy, mooncake.store) run in turn.
 func TestMooncakeClientsBehindBalancer(t *testing.T) {
-	mcDir := filepath.Dir(filepath.Dir(mooncakeBin(t, "store_c_smoke")))
-	_, err := os.Stat(python3)
-	require.NoError(t, err, "Debian's python3 runs Mooncake's Python module (.ci/run installs it)")
-	loopC := buildLoop(t, mcDir, filepath.Join(t.TempDir(), "mooncakeloop"))
-	loopPy := filepath.Join(testsDir(), "mooncakepy", "loop.py")
+	loopC := buildLoop(t, mooncakeDir(t), filepath.Join(t.TempDir(), "mooncakeloop"))
 	for _, tc := range []struct {
 		name   string
 		leader bool // the node the client is connected to, and killed, is the leader
@@ -129,8 +125,7 @@ func TestMooncakeClientsBehindBalancer(t *testing.T) {
 			front := startHAProxy(t, dir, order)
 			var cmd *exec.Cmd
 			if tc.python {
-				cmd = exec.CommandContext(ctx, python3, loopPy, front, "8")
-				cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(mcDir, "python"))
+				cmd = pythonLoop(ctx, t, front)
 			} else {
 				cmd = exec.CommandContext(ctx, "stdbuf", "-oL", loopC, front, "8")
 			}

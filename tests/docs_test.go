@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -24,8 +23,7 @@ var (
 // points to (GitHub's slugs). A link to code from docs/ starts at the
 // repository's root: /fsm/table.go.
 func TestDocLinks(t *testing.T) {
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Dir(filepath.Dir(self))
+	root := filepath.Dir(testsDir())
 	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	require.NoError(t, err)
 	pages = append(pages, filepath.Join(root, "README.md"))

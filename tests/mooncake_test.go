@@ -29,13 +29,24 @@ import (
 func mooncakeBin(t *testing.T, name string) string {
 	dir := os.Getenv("MOONCAKE_DIR")
 	if dir == "" {
-		_, self, _, _ := runtime.Caller(0)
-		dir = filepath.Join(filepath.Dir(filepath.Dir(self)), "..", "shared", "mooncake")
+		dir = filepath.Join(testsDir(), "..", "..", "shared", "mooncake")
 	}
 	p := filepath.Join(dir, "bin", name)
 	_, err := os.Stat(p)
 	require.NoError(t, err, "the real Mooncake build (kvcache-ai/Mooncake 3b5a594) is needed: set MOONCAKE_DIR")
 	return p
+}
+
+// mooncakeDir is the real Mooncake build's directory (bin, lib, python,
+// ha/), failing as mooncakeBin does when it is missing.
+func mooncakeDir(t *testing.T) string {
+	return filepath.Dir(filepath.Dir(mooncakeBin(t, "store_c_smoke")))
+}
+
+// testsDir is this package's source directory.
+func testsDir() string {
+	_, self, _, _ := runtime.Caller(0)
+	return filepath.Dir(self)
 }
 
 // runMooncake runs a Mooncake program and returns its output.
@@ -168,7 +179,7 @@ func waitView(t *testing.T, endpoints, addr string) {
 // transfer engine, byte for byte, and a call made after the kill has
 // succeeded.
 func TestMooncakeClientSurvivesLeaderKill(t *testing.T) {
-	mcDir := filepath.Dir(filepath.Dir(mooncakeBin(t, "store_c_smoke")))
+	mcDir := mooncakeDir(t)
 	for _, tc := range []struct {
 		name, build string // build: the Mooncake build under mcDir ("" or "ha")
 		viaEtcd     bool
@@ -286,8 +297,7 @@ func buildLoop(t *testing.T, mc, out string) string {
 // buildC compiles src (relative to tests/) against the Mooncake build in
 // mc's C API.
 func buildC(t *testing.T, mc, src, out string) string {
-	_, self, _, _ := runtime.Caller(0)
-	cc := exec.Command("gcc", "-O2", "-pthread", "-o", out, filepath.Join(filepath.Dir(self), src),
+	cc := exec.Command("gcc", "-O2", "-pthread", "-o", out, filepath.Join(testsDir(), src),
 		"-I"+filepath.Join(mc, "include"), "-L"+filepath.Join(mc, "lib"), "-lmooncake_store", "-Wl,-rpath,"+filepath.Join(mc, "lib"))
 	b, err := cc.CombinedOutput()
 	require.NoError(t, err, "build %s against Mooncake's C API:\n%s", src, b)

@@ -2,10 +2,10 @@ package tests
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,10 +19,14 @@ import (
 // (Debian's, Python 3.11; ../shared/mooncake/README.md).
 const python3 = "/usr/bin/python3"
 
-// testsDir is this package's source directory.
-func testsDir() string {
-	_, self, _, _ := runtime.Caller(0)
-	return filepath.Dir(self)
+// pythonLoop is tests/mooncakepy/loop.py writing through master for 8 s,
+// under Debian's python3 with the Mooncake build's module.
+func pythonLoop(ctx context.Context, t *testing.T, master string) *exec.Cmd {
+	_, err := os.Stat(python3)
+	require.NoError(t, err, "Debian's python3 runs Mooncake's Python module (.ci/run installs it)")
+	cmd := exec.CommandContext(ctx, python3, filepath.Join(testsDir(), "mooncakepy", "loop.py"), master, "8")
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(mooncakeDir(t), "python"))
+	return cmd
 }
 
 // TestMooncakePythonClient: Mooncake's Python module (mooncake.store, as
@@ -32,11 +36,6 @@ func testsDir() string {
 // batch_remove) while the leader is SIGKILLed: every acknowledged block it
 // kept reads back byte for byte, and a batch is acknowledged after the kill.
 func TestMooncakePythonClient(t *testing.T) {
-	mcDir := filepath.Dir(filepath.Dir(mooncakeBin(t, "store_c_smoke")))
-	_, err := os.Stat(python3)
-	require.NoError(t, err, "Debian's python3 runs Mooncake's Python module (.ci/run installs it)")
-	loop := filepath.Join(testsDir(), "mooncakepy", "loop.py")
-
 	dir := t.TempDir()
 	c := StartCluster(t, dir, 3)
 	ctx, cl, leader := c.Serving(2 * time.Minute)
@@ -47,8 +46,7 @@ func TestMooncakePythonClient(t *testing.T) {
 			break
 		}
 	}
-	cmd := exec.CommandContext(ctx, python3, loop, master, "8")
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(mcDir, "python"))
+	cmd := pythonLoop(ctx, t, master)
 	var logs strings.Builder // the Mooncake client's own log, shown on failure
 	cmd.Stderr = &logs
 	stdout, err := cmd.StdoutPipe()
