@@ -33,6 +33,7 @@ type testBackend struct {
 	loseNext    atomic.Bool            // answer the next Propose OUTCOME_UNKNOWN after applying it
 	paused      atomic.Bool            // answer ExistKey only at the call's deadline, as a SIGSTOPped process
 	hung        atomic.Bool            // answer ExistKey only after the client gave up on it
+	busyPings   atomic.Int64           // answer this many more pings TOO_MANY_REQUESTS
 
 	proposes atomic.Int64 // Propose calls that reached the FSM
 	refused  atomic.Int64 // calls answered NOT_LEADER or UNAVAILABLE
@@ -126,6 +127,10 @@ func (b *testBackend) GetReplicaListByRegex(_ context.Context, re string) ([]fsm
 func (b *testBackend) Ping(_ context.Context, clientID string) (bool, error) {
 	if err := b.refuse(); err != nil {
 		return false, err
+	}
+	if b.busyPings.Add(-1) >= 0 {
+		b.refused.Add(1)
+		return false, errcode.New(errcode.TooManyRequests, "client %s has calls in flight", clientID)
 	}
 	b.pings.Add(1)
 	b.mu.Lock()

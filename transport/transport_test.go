@@ -439,7 +439,8 @@ func TestKeepAliveRemounts(t *testing.T) {
 // TestKeepAlivePingsOncePerRound: a Keeper's ping asks each endpoint once,
 // following a redirect, and a round without an answer waits for the next
 // one instead of backing off and retrying: 10,000 clients pinging through
-// an election would otherwise all reach the new leader at once.
+// an election would otherwise all reach the new leader at once. Only
+// TOO_MANY_REQUESTS is retried within the round.
 func TestKeepAlivePingsOncePerRound(t *testing.T) {
 	leader, leaderAddr := startNode(t)
 	follower, followerAddr := startNode(t)
@@ -458,8 +459,17 @@ func TestKeepAlivePingsOncePerRound(t *testing.T) {
 	assert.EqualValues(t, 1, leader.refused.Load())
 	k.Stop()
 
-	// A follower naming the leader is followed within the round.
+	// A refusal for the client's own calls in flight is no election: it is
+	// retried within the round.
 	leader.unavailable.Store(false)
+	leader.busyPings.Store(2)
+	k = dialT(t, leaderAddr).KeepAlive(ctx, "c1", nil, time.Hour)
+	require.Eventually(t, func() bool { return leader.pings.Load() == 1 }, 5*time.Second, 5*time.Millisecond, "pinged once the refusals passed")
+	require.NoError(t, k.Err())
+	k.Stop()
+	leader.pings.Store(0)
+
+	// A follower naming the leader is followed within the round.
 	follower.unavailable.Store(false)
 	follower.notLeader.Store(&leaderAddr)
 	k = dialT(t, followerAddr).KeepAlive(ctx, "c1", nil, time.Hour)
