@@ -7,6 +7,8 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,4 +65,21 @@ func TestLoopPassesThroughTheScheduler(t *testing.T) {
 	// 19 or 20 ms seen, a pass after each 5 (more than 4 since the last).
 	assert.Eventually(t, func() bool { return yields.Load() >= 3 }, time.Second, time.Millisecond)
 	assert.LessOrEqual(t, yields.Load(), int32(4))
+}
+
+// TestIdleConnectionKeepsNoWorker: once its calls are answered, a
+// connection keeps no worker goroutine.
+func TestIdleConnectionKeepsNoWorker(t *testing.T) {
+	c := startServer(t, quickReads{}, 0)
+	r := bufio.NewReader(c)
+	workers := func() int {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "cororpc.(*rconn).worker")
+	}
+	for seq := range uint32(3) {
+		_, err := c.Write(call(seq, 1, 1)) // function 1 runs at a worker
+		require.NoError(t, err)
+		require.Equal(t, ErrcOK, readAnswers(t, r, 1)[0].Header.Errc)
+	}
+	require.Eventually(t, func() bool { return workers() == 0 }, 5*time.Second, 10*time.Millisecond, "workers left running")
 }

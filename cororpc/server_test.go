@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,6 +73,11 @@ func forEachReader(t *testing.T, test func(t *testing.T, loops int)) {
 }
 
 func startServer(t *testing.T, h Handler, loops int) net.Conn {
+	return dialServer(t, serve(t, h, loops))
+}
+
+// serve starts a server and returns its address.
+func serve(t *testing.T, h Handler, loops int) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -83,7 +89,11 @@ func startServer(t *testing.T, h Handler, loops int) net.Conn {
 		cancel()
 		require.NoError(t, <-done)
 	})
-	c, err := net.Dial("tcp", l.Addr().String())
+	return l.Addr().String()
+}
+
+func dialServer(t *testing.T, addr string) net.Conn {
+	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -162,34 +172,43 @@ func TestInlineCallWaitsForNothing(t *testing.T) {
 	})
 }
 
-// TestRequestsInPieces: requests that arrive cut anywhere, several in one
-// read or one across many, quick, slow and would-wait calls mixed, are
-// each answered once, with their own body.
+// TestRequestsInPieces: requests that arrive in pieces, on several
+// connections at once, are each answered with their own body: a
+// connection's part of a request survives the other connections' reads.
 func TestRequestsInPieces(t *testing.T) {
 	forEachReader(t, func(t *testing.T, loops int) {
-		c := startServer(t, quickReads{}, loops)
-		const n = 300
-		var frames []byte
-		for seq := range uint32(n) {
-			frames = append(frames, call(seq, []uint32{2, 2, 1, 4}[seq%4], seq%2)...)
-		}
-		rng := rand.New(rand.NewPCG(1, 2))
-		go func() {
-			for b := frames; len(b) > 0; {
-				k := min(len(b), 1+rng.IntN(60))
-				if _, err := c.Write(b[:k]); err != nil {
-					return
-				}
-				b = b[k:]
-				if rng.IntN(10) == 0 {
-					time.Sleep(time.Millisecond)
-				}
+		addr := serve(t, quickReads{}, loops)
+		const conns, n = 4, 300
+		var wg sync.WaitGroup
+		for ci := range uint32(conns) {
+			c := dialServer(t, addr)
+			var frames []byte
+			for seq := range uint32(n) {
+				// 2 is answered inline, 4 by a worker.
+				body := binary.LittleEndian.AppendUint32(nil, ci<<16|seq)
+				frames = AppendRequest(frames, Request{Header: ReqHeader{Seq: seq, FunctionID: []uint32{2, 2, 4, 2}[seq%4]}, Body: body})
 			}
-		}()
-		for _, resp := range readAnswers(t, bufio.NewReader(c), n) {
-			require.Equal(t, ErrcOK, resp.Header.Errc)
-			assert.Equal(t, binary.LittleEndian.AppendUint32(nil, resp.Header.Seq%2), resp.Body, "seq %d", resp.Header.Seq)
+			rng := rand.New(rand.NewPCG(1, uint64(ci)))
+			wg.Go(func() {
+				for b := frames; len(b) > 0; {
+					k := min(len(b), 1+rng.IntN(60))
+					if _, err := c.Write(b[:k]); err != nil {
+						return
+					}
+					b = b[k:]
+					if rng.IntN(10) == 0 {
+						time.Sleep(time.Millisecond)
+					}
+				}
+			})
+			wg.Go(func() {
+				for _, resp := range readAnswers(t, bufio.NewReader(c), n) {
+					assert.Equal(t, ErrcOK, resp.Header.Errc)
+					assert.Equal(t, binary.LittleEndian.AppendUint32(nil, ci<<16|resp.Header.Seq), resp.Body, "connection %d, seq %d", ci, resp.Header.Seq)
+				}
+			})
 		}
+		wg.Wait()
 	})
 }
 
