@@ -103,7 +103,7 @@ func (c *Client) Call(ctx context.Context, id uint32, body []byte) (Response, er
 	select {
 	case resp, ok := <-ch:
 		if !ok {
-			if err := c.broken(); err != nil {
+			if err := c.Err(); err != nil {
 				return Response{}, err
 			}
 			return Response{}, ErrClosed
@@ -117,8 +117,8 @@ func (c *Client) Call(ctx context.Context, id uint32, body []byte) (Response, er
 	}
 }
 
-// broken returns why the connection failed, or nil while it works.
-func (c *Client) broken() error {
+// Err returns why the connection failed, or nil while it works.
+func (c *Client) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
@@ -145,7 +145,7 @@ func (p *Pool) Call(ctx context.Context, addr string, id uint32, body []byte) (R
 		return Response{}, &NotSentError{err}
 	}
 	resp, err := c.Call(ctx, id, body)
-	if err != nil && c.broken() != nil {
+	if err != nil && c.Err() != nil {
 		p.mu.Lock()
 		if p.clients[addr] == c {
 			delete(p.clients, addr)

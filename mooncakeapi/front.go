@@ -60,14 +60,21 @@ func NewFront(d service.Data, lead Leadership, log cororpc.Logger, leaseTTLMs ui
 // Close closes the connections calls were forwarded on.
 func (m *Front) Close() { m.fwd.Close() }
 
-// CallInline implements cororpc.Inliner: a key read is quick on the
-// leader; on a follower it is a forward, a round trip to the leader.
+// CallInline implements cororpc.Inliner: a key read or a Ping is quick on
+// the leader; on a follower it is a forward, a round trip to the leader.
+// If leadership moved while it ran, its answer may be that this node is
+// not the leader: Call then answers it, forwarding it if need be.
 func (m *Front) CallInline(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string, bool) {
 	m.calls.Add(1)
+	term := m.lead.ViewVersion()
 	if !m.lead.IsLeader() {
 		return dst, 0, "", false
 	}
-	return m.local.CallInline(ctx, id, body, dst)
+	out, errc, msg, done := m.local.CallInline(ctx, id, body, dst)
+	if done && (m.lead.ViewVersion() != term || !m.lead.IsLeader()) {
+		return dst, 0, "", false
+	}
+	return out, errc, msg, done
 }
 
 func (m *Front) Call(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string) {

@@ -20,7 +20,7 @@ func (h *Handler) register() {
 		return structpack.OK([]TaskAssignment{}) // moonraft hands out no copy/move tasks
 	})
 	serve(h, "Ping", func(ctx context.Context, id UUID) Expected[PingResponse] {
-		need, err := b.Ping(ctx, idOf(id))
+		need, err := b.Ping(ctx, id.String())
 		if err != nil {
 			return fail[PingResponse](err)
 		}
@@ -31,17 +31,17 @@ func (h *Handler) register() {
 		return structpack.OK(PingResponse{ViewVersionID: int64(b.ViewVersion()), ClientStatus: st})
 	})
 	serve(h, "MountSegment", func(ctx context.Context, a MountArgs) Expected[Void] {
-		return done(b.Propose(ctx, &fsm.MountSegment{NowMs: b.Now(), ClientID: idOf(a.ClientID), Segment: h.segment(a.Segment)}))
+		return done(b.Propose(ctx, &fsm.MountSegment{NowMs: b.Now(), ClientID: a.ClientID.String(), Segment: h.segment(a.Segment)}))
 	})
 	serve(h, "ReMountSegment", func(ctx context.Context, a ReMountArgs) Expected[Void] {
 		segs := make([]fsm.SegmentSpec, len(a.Segments))
 		for i, s := range a.Segments {
 			segs[i] = h.segment(s)
 		}
-		return done(b.Propose(ctx, &fsm.RemountSegments{NowMs: b.Now(), ClientID: idOf(a.ClientID), Segments: segs}))
+		return done(b.Propose(ctx, &fsm.RemountSegments{NowMs: b.Now(), ClientID: a.ClientID.String(), Segments: segs}))
 	})
 	serve(h, "UnmountSegment", func(ctx context.Context, a UnmountArgs) Expected[Void] {
-		r := done(b.Propose(ctx, &fsm.UnmountSegment{NowMs: b.Now(), ClientID: idOf(a.ClientID), SegmentID: idOf(a.SegmentID)}))
+		r := done(b.Propose(ctx, &fsm.UnmountSegment{NowMs: b.Now(), ClientID: a.ClientID.String(), SegmentID: a.SegmentID.String()}))
 		if r.Err == structpack.ErrorCode(errcode.SegmentNotFound) {
 			// Mooncake's rule (master_service.cpp): unmounting is idempotent, so
 			// a client whose session expired before its unmount arrived is
@@ -51,7 +51,7 @@ func (h *Handler) register() {
 		return r
 	})
 	serve(h, "GracefulUnmountSegment", func(ctx context.Context, a GracefulUnmountArgs) Expected[Void] {
-		return done(b.Propose(ctx, &fsm.GracefulUnmount{NowMs: b.Now(), ClientID: idOf(a.ClientID), SegmentID: idOf(a.SegmentID), GraceMs: int64(min(a.GracePeriodMs, 1<<62))}))
+		return done(b.Propose(ctx, &fsm.GracefulUnmount{NowMs: b.Now(), ClientID: a.ClientID.String(), SegmentID: a.SegmentID.String(), GraceMs: int64(min(a.GracePeriodMs, 1<<62))}))
 	})
 
 	serve(h, "ExistKey", func(ctx context.Context, a KeyArgs) Expected[bool] {
@@ -173,7 +173,7 @@ func (h *Handler) register() {
 			if err := tenantErr(a.TenantID); err != nil {
 				return fail[Void](err)
 			}
-			return done(b.Propose(ctx, &fsm.PutEnd{NowMs: b.Now(), Key: a.Meta.Key, ClientID: idOf(a.ClientID)}))
+			return done(b.Propose(ctx, &fsm.PutEnd{NowMs: b.Now(), Key: a.Meta.Key, ClientID: a.ClientID.String()}))
 		})
 	}
 	for _, name := range []string{"PutRevoke", "UpsertRevoke"} {
@@ -181,20 +181,20 @@ func (h *Handler) register() {
 			if err := tenantErr(a.TenantID); err != nil {
 				return fail[Void](err)
 			}
-			return done(b.Propose(ctx, &fsm.PutRevoke{NowMs: b.Now(), Key: a.Key, ClientID: idOf(a.ClientID)}))
+			return done(b.Propose(ctx, &fsm.PutRevoke{NowMs: b.Now(), Key: a.Key, ClientID: a.ClientID.String()}))
 		})
 	}
 	ends := func(ctx context.Context, client UUID, metas []ObjectMeta, tenant string) []Expected[Void] {
 		cmds := make([]fsm.Command, len(metas))
 		for i, m := range metas {
-			cmds[i] = &fsm.PutEnd{NowMs: b.Now(), Key: m.Key, ClientID: idOf(client)}
+			cmds[i] = &fsm.PutEnd{NowMs: b.Now(), Key: m.Key, ClientID: client.String()}
 		}
 		return h.voids(ctx, tenant, cmds)
 	}
 	revokes := func(ctx context.Context, client UUID, keys []string, tenant string) []Expected[Void] {
 		cmds := make([]fsm.Command, len(keys))
 		for i, k := range keys {
-			cmds[i] = &fsm.PutRevoke{NowMs: b.Now(), Key: k, ClientID: idOf(client)}
+			cmds[i] = &fsm.PutRevoke{NowMs: b.Now(), Key: k, ClientID: client.String()}
 		}
 		return h.voids(ctx, tenant, cmds)
 	}

@@ -69,11 +69,15 @@ var repeatable = map[uint32]bool{
 // node lost its leadership while running one may ask the new leader again.
 func Repeatable(id uint32) bool { return keyReads[id] || repeatable[id] }
 
-// CallInline implements cororpc.Inliner: the key reads are quick where
-// they are answered, on the leader, unless they would wait (for a lease
-// round, or for a removal of the key in flight).
+// pingID is Ping's function id.
+var pingID = FunctionID("Ping")
+
+// CallInline implements cororpc.Inliner: the key reads and Ping are quick
+// where they are answered, on the leader, unless they would wait (for a
+// lease round, for a leader, or for a removal of the key in flight). A
+// Ping answered inline also needs no worker goroutine on its connection.
 func (h *Handler) CallInline(ctx context.Context, id uint32, body, dst []byte) ([]byte, cororpc.Errc, string, bool) {
-	if !keyReads[id] {
+	if !keyReads[id] && id != pingID {
 		return dst, 0, "", false
 	}
 	nctx := service.NoWait(ctx)
@@ -123,8 +127,6 @@ func serve[A, R any](h *Handler, name string, f func(ctx context.Context, a A) R
 }
 
 // ID strings: moonraft's client and segment ids for Mooncake's UUIDs.
-func idOf(u UUID) string { return fmt.Sprintf("%016x-%016x", u.First, u.Second) }
-
 // codeOf is the Mooncake error code for err. moonraft's own codes, which a
 // Mooncake client does not know, become the nearest of Mooncake's.
 func codeOf(err error) structpack.ErrorCode {
@@ -207,7 +209,7 @@ func expectedReplicas(rs []oplog.ReplicaDesc, err error) Expected[[]ReplicaDescr
 }
 
 func (h *Handler) segment(s Segment) fsm.SegmentSpec {
-	return fsm.SegmentSpec{ID: idOf(s.ID), Name: s.Name, Base: s.Base, Size: s.Size, Endpoint: s.TEEndpoint, Protocol: s.Protocol}
+	return fsm.SegmentSpec{ID: s.ID.String(), Name: s.Name, Base: s.Base, Size: s.Size, Endpoint: s.TEEndpoint, Protocol: s.Protocol}
 }
 
 func (h *Handler) putStart(a PutStartArgs) fsm.PutStart {
@@ -216,7 +218,7 @@ func (h *Handler) putStart(a PutStartArgs) fsm.PutStart {
 		pref = a.Config.PreferredSegments[0]
 	}
 	return fsm.PutStart{NowMs: h.b.Now(), Key: a.Key, SliceLengths: []uint64{a.SliceLength}, ReplicaNum: uint32(min(a.Config.ReplicaNum, fsm.MaxReplicas+1)),
-		SoftPin: a.Config.SoftPinAction == softPinEnable, PreferredSegment: pref, ClientID: idOf(a.ClientID)}
+		SoftPin: a.Config.SoftPinAction == softPinEnable, PreferredSegment: pref, ClientID: a.ClientID.String()}
 }
 
 // softPinEnable is SoftPinAction::ENABLE (replica.h).

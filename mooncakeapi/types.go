@@ -11,6 +11,7 @@ package mooncakeapi
 
 import (
 	"encoding/binary"
+	"fmt"
 	"reflect"
 
 	"github.com/moonraft/moonraft/structpack"
@@ -20,6 +21,9 @@ import (
 type UUID struct{ First, Second uint64 }
 
 func (UUID) StructPackTrivial() {}
+
+// String is the id moonraft keeps for u: a client's or a segment's.
+func (u UUID) String() string { return fmt.Sprintf("%016x-%016x", u.First, u.Second) }
 
 // Segment is a client's mounted memory (types.h).
 type Segment struct {
