@@ -1,0 +1,75 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moonraft/moonraft/etcdbridge"
+	"github.com/moonraft/moonraft/mckeeper"
+	mc "github.com/moonraft/moonraft/mooncakeapi"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMooncakeKeepersFollowTheLeader: Mooncake-protocol keepers, which
+// moonbench's scale harness runs by the thousand, keep their sessions
+// across a SIGKILL of the leader by finding the new one in etcd's
+// master_view, as Mooncake's HA clients do; a keeper whose session
+// expired remounts when it pings again.
+func TestMooncakeKeepersFollowTheLeader(t *testing.T) {
+	const ttl = 6 * time.Second
+	etcd := startEtcd(t)
+	c := StartCluster(t, t.TempDir(), 3, "--etcd-endpoints", etcd, "--client-ttl", ttl.String())
+	ctx, cl, leader := c.Serving(2 * time.Minute)
+	waitView(t, etcd, leader.MooncakeAddr)
+	views, err := etcdbridge.Dial(etcdbridge.Config{Endpoints: strings.Split(etcd, ","), Prefix: "mooncake-store", ClusterID: "mooncake_cluster"})
+	require.NoError(t, err)
+	defer views.Close()
+	master := func(ctx context.Context) (string, error) {
+		addr, ok, err := views.MooncakeView(ctx)
+		if err == nil && !ok {
+			err = errors.New("no master_view")
+		}
+		return addr, err
+	}
+
+	keepers := make([]*mckeeper.Keeper, 20)
+	for i := range keepers {
+		seg := mc.Segment{ID: mc.UUID{First: 2, Second: uint64(i)}, Name: fmt.Sprintf("host-%d", i), Base: uint64(i+1) << 30, Size: 1 << 20,
+			TEEndpoint: "127.0.0.1:1", Protocol: "tcp"}
+		k := mckeeper.New(mc.UUID{First: 1, Second: uint64(i)}, []mc.Segment{seg}, master)
+		require.NoError(t, k.Mount(ctx))
+		k.Start(ctx)
+		t.Cleanup(k.Stop)
+		keepers[i] = k
+	}
+	sessions := func() uint64 {
+		st, err := cl.Progress(ctx, c.Leader(ctx, cl).GRPCAddr)
+		require.NoError(t, err)
+		return st.Sessions
+	}
+	require.EqualValues(t, len(keepers), sessions())
+
+	c.Kill(leader, syscall.SIGKILL)
+	require.NotEqual(t, leader.ID, c.Leader(ctx, cl).ID)
+	// Past two TTLs the sessions live only if the keepers ping the new
+	// leader: Promote extends them by one.
+	time.Sleep(2 * ttl)
+	assert.EqualValues(t, len(keepers), sessions(), "sessions kept across the failover")
+	for i, k := range keepers {
+		assert.NoError(t, k.Err(), "keeper %d's last ping", i)
+		assert.Zero(t, k.Remounts(), "keeper %d remounted", i)
+	}
+
+	k := keepers[0]
+	k.Stop()
+	require.Eventually(t, func() bool { return sessions() == uint64(len(keepers)-1) }, 3*ttl, 100*time.Millisecond, "the stopped keeper's session expires")
+	k.Start(ctx)
+	require.Eventually(t, func() bool { return k.Remounts() == 1 && sessions() == uint64(len(keepers)) }, 2*ttl, 100*time.Millisecond,
+		"the keeper remounts when told to: %v", k.Err())
+}
