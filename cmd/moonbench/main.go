@@ -46,6 +46,7 @@ type config struct {
 	watchFor     time.Duration
 	scale        []int // object counts to fill to, in turn
 	scaleClients int
+	scalePings   string // the clients' protocol: scalePingsMooncake or scalePingsGRPC
 }
 
 func main() {
@@ -101,6 +102,7 @@ func parse(args []string) (config, error) {
 	fs.DurationVar(&c.watchFor, "watch", 0, "with --endpoints: sample the leader's OpLog export every second for this long, beside a load run elsewhere (the backlog, etcd's rate, paced writes; --json and --plot save them)")
 	scale := fs.String("scale", "", "with --local: fill the cluster to each of these object counts in turn (comma-separated, ascending) and measure memory, snapshots, idle clients, a failover, a restart and a join at each")
 	fs.IntVar(&c.scaleClients, "scale-clients", 1000, "with --scale: clients mounted (one segment each) and pinging every second")
+	fs.StringVar(&c.scalePings, "scale-pings", scalePingsMooncake, "with --scale: the clients' protocol: mooncake (Mooncake's, each client on its own connection, finding the leader in etcd as Mooncake's HA clients do) or grpc (moonraft's Go client, all on one connection)")
 	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of every node for every measured step into this directory (with --scale: a heap profile of every node at every size, and a CPU profile of the survivors of each failover)")
 	nodeFlags := fs.String("node-flags", "", "with --local: more flags for every node, space-separated (\"--heap-headroom 1\", say)")
 	if err := fs.Parse(args); err != nil {
@@ -165,6 +167,8 @@ func parse(args []string) (config, error) {
 		return c, fmt.Errorf("--scale needs --local (it starts, kills and adds nodes)")
 	case len(c.scale) > 0 && c.scaleClients < scaleWriters:
 		return c, fmt.Errorf("--scale-clients must be at least %d", scaleWriters)
+	case c.scalePings != scalePingsMooncake && c.scalePings != scalePingsGRPC:
+		return c, fmt.Errorf("--scale-pings %q: want %s or %s", c.scalePings, scalePingsMooncake, scalePingsGRPC)
 	case c.profileDir != "" && !c.local:
 		return c, fmt.Errorf("--profile needs --local")
 	case len(c.nodeFlags) > 0 && !c.local:
@@ -181,7 +185,10 @@ func parse(args []string) (config, error) {
 
 // variant is one configuration of the local cluster's nodes ("": the
 // node's default).
-type variant struct{ readMode, logStore string }
+type variant struct {
+	readMode, logStore string
+	mooncake           bool // the nodes serve the Mooncake protocol too
+}
 
 // variants are the clusters to measure, one after the other: every read
 // mode with every log store asked for.
@@ -196,7 +203,7 @@ func (c config) variants() []variant {
 	var vs []variant
 	for _, m := range modes {
 		for _, s := range stores {
-			vs = append(vs, variant{m, s})
+			vs = append(vs, variant{readMode: m, logStore: s})
 		}
 	}
 	return vs

@@ -15,9 +15,12 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/client"
+	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/localcluster"
 	"github.com/moonraft/moonraft/internal/svgplot"
+	"github.com/moonraft/moonraft/mckeeper"
+	mc "github.com/moonraft/moonraft/mooncakeapi"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	dto "github.com/prometheus/client_model/go"
 	"gonum.org/v1/plot"
@@ -59,6 +62,7 @@ type scaleNode struct {
 type scaleResult struct {
 	Objects            uint64      `json:"objects"`
 	Clients            int         `json:"clients"`
+	Pings              string      `json:"pings"` // the clients' protocol
 	FillSecs           float64     `json:"fill_secs"`
 	FillFailures       int64       `json:"fill_failed_calls"`
 	Nodes              []scaleNode `json:"nodes"`
@@ -97,10 +101,18 @@ type scaleReport struct {
 	Samples   []scaleSample    `json:"samples"`
 }
 
+// The clients' protocols (--scale-pings).
+const (
+	scalePingsMooncake = "mooncake"
+	scalePingsGRPC     = "grpc"
+)
+
 type scaleClient struct {
-	id     string
-	seg    fsm.SegmentSpec
-	keeper *client.Keeper
+	id     string // moonraft's: a Mooncake client's is its UUID's String
+	keeper interface {
+		Stop()
+		Remounts() int
+	}
 }
 
 type scaleRun struct {
@@ -108,20 +120,22 @@ type scaleRun struct {
 	lc      *localCluster
 	http    *http.Client
 	clients []*scaleClient
-	// pingers is the clients' connection, apart from the writers' (lc.cl)
-	// as separate processes' would be, with the client's default backoff:
-	// at a 100 ms cap, 10,000 keepers retrying through an election could
-	// send the surviving nodes up to 100,000 calls a second, where a
-	// Mooncake client only pings again a second later.
+	// pingers is the gRPC clients' connection, apart from the writers'
+	// (lc.cl) as separate processes' would be, with the client's default
+	// backoff: at a 100 ms cap, 10,000 keepers retrying through an
+	// election could send the surviving nodes up to 100,000 calls a
+	// second, where a Mooncake client only pings again a second later.
 	pingers *client.Client
-	start   time.Time
-	filled  atomic.Uint64 // objects written: the fill's and the probes'
-	seq     atomic.Uint64 // keys the fill has tried: a failed batch's are not reused
-	rep     *scaleReport
+	// views reads the Mooncake clients' master_view in etcd.
+	views  *etcdbridge.Store
+	start  time.Time
+	filled atomic.Uint64 // objects written: the fill's and the probes'
+	seq    atomic.Uint64 // keys the fill has tried: a failed batch's are not reused
+	rep    *scaleReport
 }
 
 func runScale(ctx context.Context, cfg config, args string) error {
-	lc, err := startLocal(ctx, cfg, variant{})
+	lc, err := startLocal(ctx, cfg, variant{mooncake: cfg.scalePings == scalePingsMooncake})
 	if err != nil {
 		return err
 	}
@@ -132,6 +146,11 @@ func runScale(ctx context.Context, cfg config, args string) error {
 		return err
 	}
 	defer s.pingers.Close()
+	// The nodes' default etcd prefix and cluster id.
+	if s.views, err = etcdbridge.Dial(etcdbridge.Config{Endpoints: lc.etcdP.endpoints(), Prefix: "mooncake-store", ClusterID: "mooncake_cluster"}); err != nil {
+		return err
+	}
+	defer s.views.Close()
 	if err := s.mount(ctx); err != nil {
 		return err
 	}
@@ -175,11 +194,30 @@ func (s *scaleRun) mount(ctx context.Context) error {
 	share := (uint64(slices.Max(s.cfg.scale)) + uint64(n) - 1) / uint64(n)
 	size := 2 * share * scaleObject
 	s.clients = make([]*scaleClient, n)
+	mounts := make([]func(context.Context) error, n)
+	starts := make([]func(), n)
 	for i := range s.clients {
-		id := fmt.Sprintf("scale-%05d", i)
-		s.clients[i] = &scaleClient{id: id, seg: fsm.SegmentSpec{ID: id + "-seg", Name: id + "-host", Base: uint64(i+1) << 40, Size: size}}
+		c := &scaleClient{}
+		s.clients[i] = c
+		name := fmt.Sprintf("scale-%05d", i)
+		base := uint64(i+1) << 40
+		if s.cfg.scalePings == scalePingsGRPC {
+			c.id = name
+			seg := fsm.SegmentSpec{ID: name + "-seg", Name: name + "-host", Base: base, Size: size}
+			mounts[i] = func(ctx context.Context) error { return s.pingers.MountSegment(ctx, c.id, seg) }
+			starts[i] = func() { c.keeper = s.pingers.KeepAlive(ctx, c.id, []fsm.SegmentSpec{seg}, 0) }
+			continue
+		}
+		id := mc.UUID{First: scaleUUID, Second: uint64(i)}
+		seg := mc.Segment{ID: mc.UUID{First: scaleUUID + 1, Second: uint64(i)}, Name: name + "-host", Base: base, Size: size,
+			TEEndpoint: fmt.Sprintf("127.0.0.1:%d", 20000+i), Protocol: "tcp"}
+		c.id = id.String()
+		k := mckeeper.New(id, []mc.Segment{seg}, s.mooncakeMaster)
+		c.keeper = k
+		mounts[i] = k.Mount
+		starts[i] = func() { k.Start(ctx) }
 	}
-	progressf("mounting %d segments of %d KiB, one per client", n, size>>10)
+	progressf("mounting %d segments of %d KiB, one per client (%s)", n, size>>10, s.cfg.scalePings)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, 32)
@@ -190,9 +228,8 @@ func (s *scaleRun) mount(ctx context.Context) error {
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				c := s.clients[i]
-				if err := retryUntil(ctx, 30*time.Second, func(ctx context.Context) error { return s.pingers.MountSegment(ctx, c.id, c.seg) }); err != nil {
-					errs[w] = fmt.Errorf("mount %s: %w", c.id, err)
+				if err := retryUntil(ctx, 30*time.Second, mounts[i]); err != nil {
+					errs[w] = fmt.Errorf("mount %s: %w", s.clients[i].id, err)
 					return
 				}
 			}
@@ -202,13 +239,27 @@ func (s *scaleRun) mount(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	for i, c := range s.clients {
+	for i, start := range starts {
 		if i%max(1, n/100) == 0 {
 			time.Sleep(10 * time.Millisecond)
 		}
-		c.keeper = s.pingers.KeepAlive(ctx, c.id, []fsm.SegmentSpec{c.seg}, 0)
+		start()
 	}
 	return nil
+}
+
+// scaleUUID is the first half of the Mooncake clients' UUIDs (and, plus
+// one, of their segments'), the second half their index.
+const scaleUUID = 0x5ca1e
+
+// mooncakeMaster finds the leader as Mooncake's HA clients do: the
+// address at master_view in etcd.
+func (s *scaleRun) mooncakeMaster(ctx context.Context) (string, error) {
+	addr, ok, err := s.views.MooncakeView(ctx)
+	if err == nil && !ok {
+		err = errors.New("etcd holds no master_view: no leader yet")
+	}
+	return addr, err
 }
 
 func (s *scaleRun) remounts() int {
@@ -221,7 +272,7 @@ func (s *scaleRun) remounts() int {
 
 // size fills the cluster to n objects and measures it.
 func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
-	r := &scaleResult{Clients: len(s.clients)}
+	r := &scaleResult{Clients: len(s.clients), Pings: s.cfg.scalePings}
 	remounts := s.remounts()
 	t0 := time.Now()
 	var err error
@@ -573,7 +624,7 @@ func percentile(vs []float64, q float64) float64 {
 }
 
 func (r *scaleResult) print(w io.Writer) {
-	fmt.Fprintf(w, "\n%d objects, %d clients (filled in %.0f s, %d failed calls)\n", r.Objects, r.Clients, r.FillSecs, r.FillFailures)
+	fmt.Fprintf(w, "\n%d objects, %d clients pinging over %s (filled in %.0f s, %d failed calls)\n", r.Objects, r.Clients, r.Pings, r.FillSecs, r.FillFailures)
 	fmt.Fprintf(w, "  %-4s %-8s %10s %9s %10s %9s %10s %9s %12s %9s\n", "node", "role", "RSS MB", "B/object", "heap MB", "B/object", "live MB", "B/object", "snapshot MB", "save s")
 	for _, n := range r.Nodes {
 		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),

@@ -141,7 +141,7 @@ func startLocal(ctx context.Context, cfg config, v variant) (*localCluster, erro
 		lc.close()
 		return nil, err
 	}
-	if lc.procs, err = localcluster.Layout(localcluster.Options{Nodes: 3, Bin: cfg.moonraftBin, Dir: dir}); err != nil {
+	if lc.procs, err = localcluster.Layout(localcluster.Options{Nodes: 3, Bin: cfg.moonraftBin, Dir: dir, Mooncake: v.mooncake}); err != nil {
 		lc.close()
 		return nil, err
 	}
