@@ -555,7 +555,14 @@ func (rs *restorer) object(d *dec) error {
 	o := &rs.scratch.o
 	*o = object{}
 	o.size = d.u64()
-	o.clientID = d.str()
+	// A live client's id is its session's string (no allocation per
+	// object: the lookup converts without copying).
+	id := d.bytes()
+	if sess := rs.f.sessions[string(id)]; sess != nil {
+		o.clientID = sess.clientID
+	} else {
+		o.clientID = string(id)
+	}
 	o.putStartMs = d.i64()
 	o.leaseMs = d.i64()
 	o.softPin = d.bool()
@@ -575,9 +582,6 @@ func (rs *restorer) object(d *dec) error {
 		return corrupt("objects out of order at %q", key)
 	}
 	rs.lastKey = key
-	if sess, ok := rs.f.sessions[o.clientID]; ok {
-		o.clientID = sess.clientID
-	}
 	if o.single() {
 		o = o.laidOut(o.replicas[0].status)
 	} else {
