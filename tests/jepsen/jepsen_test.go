@@ -83,8 +83,12 @@ func TestJepsen(t *testing.T) {
 		workload:     defaultWorkload,
 		snapEvery:    20 * time.Second,
 		checkTimeout: 10 * time.Minute,
-		nodeArgs:     nodeArgs(20000),
-		command:      command,
+		// Two or three snapshot intervals of the suite's ~1,000 OpLog
+		// entries a second: with 20,000 a run whose nemeses spoiled one
+		// snapshot, or wrote faster, could have no snapshot left that etcd
+		// covers (seed 736119009, 2m: 20,000 entries after the last).
+		nodeArgs: nodeArgs(60000),
+		command:  command,
 	})
 }
 
