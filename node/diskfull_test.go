@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -200,6 +201,34 @@ func TestDiskHealth(t *testing.T) {
 	d.observe(diskSnapshot, nil)
 	assert.Empty(t, d.String())
 	assert.Equal(t, 1.0, testutil.ToFloat64(d.errs.WithLabelValues(diskLogAppend)))
+}
+
+// TestSnapshotFileSyncedAsWritten: a snapshot's file is synced every
+// snapshotSyncEvery bytes while it is written, not only whole at the end,
+// and the snapshot is intact.
+func TestSnapshotFileSyncedAsWritten(t *testing.T) {
+	dir := t.TempDir()
+	files, err := raftstore.OpenSnapshots(dir, 2, hclog.NewNullLogger())
+	require.NoError(t, err)
+	w := &watchedSnapshots{SnapshotStore: files, h: newDiskHealth(), dataDir: dir}
+	sink, err := w.Create(raft.SnapshotVersionMax, 10, 1, raft.Configuration{}, 1, nil)
+	require.NoError(t, err)
+	ws := sink.(*watchedSink)
+	require.NotNil(t, ws.file, "the sink's state file at %s", raftstore.SnapshotStateFile(dir, sink.ID()))
+	chunk := bytes.Repeat([]byte{7}, 1<<20)
+	const mb = 20
+	for range mb {
+		_, err := sink.Write(chunk)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, mb/(snapshotSyncEvery>>20), ws.syncs, "syncs while written")
+	require.NoError(t, sink.Close())
+	_, rc, err := files.Open(sink.ID())
+	require.NoError(t, err)
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	require.NoError(t, err)
+	assert.Equal(t, bytes.Repeat(chunk, mb), got)
 }
 
 // TestWALRotationOnFullDisk: the disk fills just before raft-wal rotates to

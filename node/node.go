@@ -272,7 +272,7 @@ func (n *Node) startRaft(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	snaps := &watchedSnapshots{SnapshotStore: files, h: n.disk}
+	snaps := &watchedSnapshots{SnapshotStore: files, h: n.disk, dataDir: cfg.DataDir}
 	if metas, err := files.List(); err == nil && len(metas) > 0 {
 		// The log this node wrote before it stopped is not counted: its
 		// next snapshot waits for as much again.

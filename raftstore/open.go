@@ -62,6 +62,14 @@ func OpenSnapshots(dataDir string, retain int, logger hclog.Logger) (*raft.FileS
 	return files, nil
 }
 
+// SnapshotStateFile is the state file of snapshot id while the store of
+// dataDir writes it: hashicorp/raft's FileSnapshotStore writes it to
+// snapshots/<id>.tmp/state.bin (file_snapshot.go) and renames the directory
+// when the sink closes.
+func SnapshotStateFile(dataDir, id string) string {
+	return filepath.Join(dataDir, SnapshotsDir, "snapshots", id+".tmp", "state.bin")
+}
+
 // IsMonotonic reports whether s requires gap-free appends
 // (raft.MonotonicLogStore): raft-wal does, and every wrapper must say so.
 func IsMonotonic(s raft.LogStore) bool {
