@@ -180,8 +180,10 @@ func TestRequestsInPieces(t *testing.T) {
 		addr := serve(t, quickReads{}, loops)
 		const conns, n = 4, 300
 		var wg sync.WaitGroup
+		cs := make([]net.Conn, conns)
 		for ci := range uint32(conns) {
 			c := dialServer(t, addr)
+			cs[ci] = c
 			var frames []byte
 			for seq := range uint32(n) {
 				// 2 is answered inline, 4 by a worker.
@@ -201,12 +203,14 @@ func TestRequestsInPieces(t *testing.T) {
 					}
 				}
 			})
-			wg.Go(func() {
-				for _, resp := range readAnswers(t, bufio.NewReader(c), n) {
-					assert.Equal(t, ErrcOK, resp.Header.Errc)
-					assert.Equal(t, binary.LittleEndian.AppendUint32(nil, ci<<16|resp.Header.Seq), resp.Body, "connection %d, seq %d", ci, resp.Header.Seq)
-				}
-			})
+		}
+		// The answers are read here, one connection after the other, while
+		// every connection's requests still arrive in pieces.
+		for ci, c := range cs {
+			for _, resp := range readAnswers(t, bufio.NewReader(c), n) {
+				assert.Equal(t, ErrcOK, resp.Header.Errc)
+				assert.Equal(t, binary.LittleEndian.AppendUint32(nil, uint32(ci)<<16|resp.Header.Seq), resp.Body, "connection %d, seq %d", ci, resp.Header.Seq)
+			}
 		}
 		wg.Wait()
 	})
