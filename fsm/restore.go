@@ -1,0 +1,468 @@
+package fsm
+
+import (
+	"cmp"
+	"errors"
+	"io"
+	"slices"
+	"strconv"
+
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/oplog"
+	"github.com/moonraft/moonraft/snapshots"
+)
+
+// Restore replaces the state with the snapshot read from r. The new state is
+// built aside and validated — checksum, canonical order, every invariant —
+// and swapped in only if all of it holds; on error f is unchanged.
+func (f *FSM) Restore(r io.Reader) (snapshots.Header, error) {
+	sr, err := snapshots.NewReader(r)
+	if err != nil {
+		return snapshots.Header{}, err
+	}
+	nf, err := readState(sr)
+	if err != nil {
+		return snapshots.Header{}, err
+	}
+	*f = *nf
+	return sr.Header(), nil
+}
+
+// restorer builds a state from snapshot records, section by section.
+type restorer struct {
+	f        *FSM
+	section  int // index in sectionOrder of the current section
+	records  int // records seen in the current section
+	lastKey  string
+	segs     []*segment
+	segUsed  map[*segment][]freeRange
+	sessOf   map[*segment]string
+	lastTomb string
+	scratch  singleObject // the object being decoded
+}
+
+func readState(sr *snapshots.Reader) (*FSM, error) {
+	rs := &restorer{f: New(), section: -1, sessOf: map[*segment]string{}, segUsed: map[*segment][]freeRange{}}
+	for {
+		name, data, err := sr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := rs.record(name, data); err != nil {
+			return nil, err
+		}
+	}
+	if err := rs.finish(); err != nil {
+		return nil, err
+	}
+	return rs.f, nil
+}
+
+func corrupt(format string, args ...any) error {
+	return errcode.New(errcode.FileReadFail, "snapshot state: "+format, args...)
+}
+
+func (rs *restorer) record(name string, data []byte) error {
+	if !slices.Contains(sectionOrder, name) {
+		return errcode.New(errcode.InvalidVersion,
+			"snapshot section %q is unknown to this build: the snapshot was written by a newer moonraft; restore it with that release", name)
+	}
+	if rs.section < 0 || sectionOrder[rs.section] != name {
+		// The reader only shows records, so an empty section is simply
+		// skipped; the ones that appear must keep the canonical order.
+		next := rs.section + 1
+		for next < len(sectionOrder) && sectionOrder[next] != name {
+			next++
+		}
+		if next == len(sectionOrder) || (rs.section < 0 && name != "meta") {
+			return corrupt("unexpected section %q (sections are %v, in that order, meta first)", name, sectionOrder)
+		}
+		rs.section, rs.records = next, 0
+	}
+	rs.records++
+	dd := newDec(data, "snapshot record", name)
+	d := &dd
+	var err error
+	switch name {
+	case "meta":
+		err = rs.meta(d)
+	case "segments":
+		err = rs.segment(d)
+	case "sessions":
+		err = rs.session(d)
+	case "objects":
+		err = rs.object(d)
+	case "tombstones":
+		err = rs.tombstone(d)
+	case "ring":
+		err = rs.ringEntry(d)
+	case "draining":
+		err = rs.draining(d)
+	case "replaced":
+		err = rs.replacedRec(d)
+	case "discarded":
+		err = rs.discardRec(d)
+	case "members":
+		err = rs.memberRec(d)
+	case "deferred":
+		err = rs.deferredRec(d)
+	}
+	if err == nil {
+		err = d.done()
+	}
+	return err
+}
+
+func (rs *restorer) meta(d *dec) error {
+	if rs.records > 1 {
+		return corrupt("more than one meta record")
+	}
+	f := rs.f
+	f.params.decode(d)
+	f.nowMs = d.i64()
+	f.appliedSeq = d.u64()
+	f.leaseFloorMs = d.i64()
+	f.needSpace = d.bool()
+	f.leaderID = d.str()
+	f.leaderAddr = d.str()
+	f.term = d.u64()
+	if d.Remaining() > 0 {
+		f.leaderMooncakeAddr = d.str()
+		if d.Remaining() > 0 {
+			if f.expiryBounded = d.bool(); !f.expiryBounded && d.err() == nil {
+				return corrupt("meta record: bounded expiry written as false (not canonical)")
+			}
+		}
+		if d.err() == nil && !f.expiryBounded && f.leaderMooncakeAddr == "" {
+			return corrupt("meta record: an empty Mooncake address without bounded expiry (not canonical)")
+		}
+	}
+	if d.err() != nil {
+		return d.err()
+	}
+	return f.params.Validate()
+}
+
+func (rs *restorer) segment(d *dec) error {
+	clientID := d.str()
+	var spec SegmentSpec
+	spec.decode(d, false)
+	if d.Remaining() > 0 { // a segment with a transport endpoint
+		spec.Endpoint, spec.Protocol = d.str(), d.str()
+	}
+	if d.err() != nil {
+		return d.err()
+	}
+	if err := validateSegment(&spec); err != nil {
+		return err
+	}
+	if err := validateID("client id", clientID); err != nil {
+		return err
+	}
+	if n := len(rs.segs); n > 0 && rs.segs[n-1].id >= spec.ID {
+		return corrupt("segments out of order at %q", spec.ID)
+	}
+	if _, dup := rs.f.segNames[spec.Name]; dup {
+		return corrupt("segment name %q used twice", spec.Name)
+	}
+	s := &segment{id: spec.ID, name: spec.Name, clientID: clientID, base: spec.Base, size: spec.Size,
+		endpoint: spec.Endpoint, protocol: spec.Protocol}
+	rs.segs = append(rs.segs, s)
+	rs.f.segNames[s.name] = s // names are checked here; the rest is wired in finish
+	return nil
+}
+
+func (rs *restorer) segRef(d *dec) *segment {
+	i := d.u64()
+	if d.err() != nil {
+		return nil
+	}
+	if i >= uint64(len(rs.segs)) {
+		d.Fail("segment index %d of %d", i, len(rs.segs))
+		return nil
+	}
+	return rs.segs[i]
+}
+
+func (rs *restorer) session(d *dec) error {
+	f := rs.f
+	id := d.str()
+	deadline := d.i64()
+	segs := make([]*segment, d.count(1))
+	for i := range segs {
+		segs[i] = rs.segRef(d)
+	}
+	if d.err() != nil {
+		return d.err()
+	}
+	if _, dup := f.sessions[id]; dup {
+		return corrupt("session %q appears twice", id)
+	}
+	for i, s := range segs {
+		if s.clientID != id || rs.sessOf[s] != "" || (i > 0 && segs[i-1].id >= s.id) {
+			return corrupt("session %q lists segment %q wrongly (owner %q)", id, s.id, s.clientID)
+		}
+		rs.sessOf[s] = id
+	}
+	f.sessions[id] = &session{clientID: id, segments: segs}
+	f.deadlines.Set(id, deadline)
+	return nil
+}
+
+func (rs *restorer) object(d *dec) error {
+	key := d.str()
+	// Decoded into scratch, then copied out once: laid out as PutEnd lays
+	// a single object out, or with its own replica list.
+	o := &rs.scratch.o
+	*o = object{}
+	o.size = d.u64()
+	// A live client's id is its session's string (no allocation per
+	// object: the lookup converts without copying).
+	id := d.bytes()
+	if sess := rs.f.sessions[string(id)]; sess != nil {
+		o.clientID = sess.clientID
+	} else {
+		o.clientID = string(id)
+	}
+	o.putStartMs = d.i64()
+	o.leaseMs = d.i64()
+	o.softPin = d.bool()
+	o.softPinMs = d.i64()
+	o.keySeq = d.u64()
+	var err error
+	if o.replicas, err = rs.replicas(d, func() string { return "object " + strconv.Quote(key) }, o.size, &rs.scratch); err != nil {
+		return err
+	}
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if len(o.replicas) == 0 || len(o.replicas) > MaxReplicas {
+		return corrupt("object %q has %d replicas", key, len(o.replicas))
+	}
+	if rs.lastKey >= key && rs.f.objects.Len() > 0 {
+		return corrupt("objects out of order at %q", key)
+	}
+	rs.lastKey = key
+	if o.single() {
+		o = o.laidOut(o.replicas[0].status)
+	} else {
+		c := *o
+		c.replicas = slices.Clone(o.replicas)
+		o = &c
+	}
+	rs.f.storeObject(key, o) // the segments' key sets are built in finish
+	return nil
+}
+
+// replicas reads a replica list (encodeReplicas) whose buffers all lie in
+// their segments, each replica holding size bytes (0: any), and records
+// the buffers as used; what names the list in an error. With scratch, a
+// single replica (and its buffer, if it has one) is decoded into scratch's
+// arrays, which the caller copies out.
+func (rs *restorer) replicas(d *dec, what func() string, size uint64, scratch *singleObject) ([]replica, error) {
+	n := d.count(2)
+	var reps []replica
+	if scratch != nil && n == 1 {
+		reps = scratch.r[:]
+	} else {
+		reps = make([]replica, n)
+	}
+	for i := range reps {
+		r := &reps[i]
+		r.status = ReplicaStatus(d.u64())
+		if nb := d.count(3); scratch != nil && n == 1 && nb == 1 {
+			r.buffers = scratch.b[:]
+		} else {
+			r.buffers = make([]buffer, nb)
+		}
+		var sum uint64
+		for j := range r.buffers {
+			b := &r.buffers[j]
+			b.seg = rs.segRef(d)
+			b.offset = d.u64()
+			b.length = d.u64()
+			sum += b.length
+		}
+		if d.err() != nil {
+			return nil, d.err()
+		}
+		if (r.status != Processing && r.status != Complete) || len(r.buffers) == 0 || (size != 0 && sum != size) {
+			return nil, corrupt("%s has a malformed replica", what())
+		}
+		for _, b := range r.buffers {
+			if b.length == 0 || b.offset+b.length < b.offset || b.offset+b.length > b.seg.size {
+				return nil, corrupt("%s has a buffer outside segment %q", what(), b.seg.id)
+			}
+			rs.segUsed[b.seg] = append(rs.segUsed[b.seg], freeRange{b.offset, b.length})
+		}
+	}
+	return reps, d.err()
+}
+
+func (rs *restorer) draining(d *dec) error {
+	s := rs.segRef(d)
+	until := d.i64()
+	if d.err() != nil {
+		return d.err()
+	}
+	if s.draining {
+		return corrupt("segment %q is listed as draining twice", s.id)
+	}
+	s.draining, s.drainUntilMs = true, until
+	return nil
+}
+
+func (rs *restorer) replacedRec(d *dec) error {
+	key := d.str()
+	o, ok := rs.f.getObject(key)
+	if d.err() == nil && (!ok || !o.processing() || rs.f.replaced[key] != nil) {
+		return corrupt("replaced replicas of %q, which is not an upsert in progress", key)
+	}
+	old, err := rs.replicas(d, func() string { return "replaced replicas of " + strconv.Quote(key) }, 0, nil)
+	if err != nil {
+		return err
+	}
+	if len(old) == 0 {
+		return corrupt("replaced replicas of %q: none", key)
+	}
+	rs.f.replaced[key] = old
+	return nil
+}
+
+func (rs *restorer) discardRec(d *dec) error {
+	release := d.i64()
+	reps, err := rs.replicas(d, func() string { return "a discarded write" }, 0, nil)
+	if err != nil {
+		return err
+	}
+	if len(reps) == 0 {
+		return corrupt("a discarded write without replicas")
+	}
+	rs.f.discarded = append(rs.f.discarded, discard{release, reps})
+	return nil
+}
+
+func (rs *restorer) deferredRec(d *dec) error {
+	df := &rs.f.deferral
+	if rs.records == 1 {
+		if df.direct = d.u64(); d.err() == nil && df.direct == 0 {
+			return corrupt("deferred removals with a direct count of 0")
+		}
+		return d.err()
+	}
+	r := deferredRemoval{key: d.str(), keySeq: d.u64(), atMs: d.i64(), src: oplog.Source(d.str())}
+	if d.err() != nil {
+		return d.err()
+	}
+	if _, dup := df.at[r.key]; dup || r.keySeq == 0 {
+		return corrupt("deferred removal of %q recorded twice or with sequence 0", r.key)
+	}
+	if df.at == nil {
+		df.at = map[string]uint64{}
+	}
+	df.at[r.key] = uint64(len(df.queue))
+	df.queue = append(df.queue, r)
+	return nil
+}
+
+func (rs *restorer) memberRec(d *dec) error {
+	id, addr := d.str(), d.str()
+	if d.err() != nil {
+		return d.err()
+	}
+	if id == "" || addr == "" {
+		return corrupt("a member without an id or an address")
+	}
+	if _, dup := rs.f.members[id]; dup {
+		return corrupt("member %q recorded twice", id)
+	}
+	if rs.f.members == nil {
+		rs.f.members = map[string]string{}
+	}
+	rs.f.members[id] = addr
+	return nil
+}
+
+func (rs *restorer) tombstone(d *dec) error {
+	t := tombstone{key: d.str(), keySeq: d.u64(), removedAtMs: d.i64()}
+	if d.err() != nil {
+		return d.err()
+	}
+	if t.key <= rs.lastTomb && rs.f.tombstones.Len() > 0 {
+		return corrupt("tombstones out of order at %q", t.key)
+	}
+	if _, live := rs.f.getObject(t.key); live || t.keySeq == 0 {
+		return corrupt("tombstone for %q conflicts with a live object or has sequence 0", t.key)
+	}
+	rs.lastTomb = t.key
+	rs.f.tombstones.ReplaceOrInsert(t)
+	return nil
+}
+
+func (rs *restorer) ringEntry(d *dec) error {
+	e := oplog.Entry{
+		SequenceID:  d.u64(),
+		TimestampMs: d.i64(),
+		OpType:      oplog.OpType(d.u64()),
+		Key:         d.str(),
+		Payload:     d.str(),
+		Checksum:    uint32(d.u64()),
+	}
+	e.PrefixHash = uint32(d.u64())
+	e.KeySequenceID = d.u64()
+	e.Source = oplog.Source(d.str())
+	if d.err() != nil {
+		return d.err()
+	}
+	if err := e.Verify(); err != nil {
+		return err
+	}
+	f := rs.f
+	if last, ok := f.ring.back(); ok && e.SequenceID != last.seq+1 {
+		return corrupt("export ring has a gap before seq %d", e.SequenceID)
+	}
+	f.ring.push(ringEntry{seq: e.SequenceID, restored: &e})
+	return nil
+}
+
+// finish wires segments to their sessions and allocators and checks what
+// spans sections.
+func (rs *restorer) finish() error {
+	if rs.section < 0 {
+		return corrupt("no meta record")
+	}
+	f := rs.f
+	for _, s := range rs.segs {
+		if rs.sessOf[s] == "" {
+			return corrupt("segment %q belongs to no session", s.id)
+		}
+		used := rs.segUsed[s]
+		slices.SortFunc(used, func(a, b freeRange) int { return cmp.Compare(a.off, b.off) })
+		a, ok := rebuildAllocator(s.size, used)
+		if !ok {
+			return corrupt("buffers overlap in segment %q", s.id)
+		}
+		s.alloc = a
+		f.segments[s.id] = s
+		f.capacity += s.size
+		f.used += s.size - a.free
+	}
+	f.segOrder = rs.segs
+	f.indexAllSegments()
+	if last, ok := f.ring.back(); ok && last.seq != f.appliedSeq {
+		return corrupt("export ring ends at seq %d but applied seq is %d", last.seq, f.appliedSeq)
+	}
+	byTime := make([]tombstone, 0, f.tombstones.Len())
+	f.tombstones.Ascend(func(t tombstone) bool {
+		byTime = append(byTime, t)
+		return true
+	})
+	slices.SortStableFunc(byTime, func(a, b tombstone) int { return cmp.Compare(a.removedAtMs, b.removedAtMs) })
+	for _, t := range byTime {
+		f.tombQueue.push(t)
+	}
+	return nil
+}
