@@ -150,6 +150,16 @@ func (s *Store) MooncakeView(ctx context.Context) (string, bool, error) {
 	return string(resp.Kvs[0].Value), true, nil
 }
 
+// MooncakeMaster is the address a Mooncake HA client connects to: the
+// Mooncake-format view, or an error while there is none (no leader yet).
+func (s *Store) MooncakeMaster(ctx context.Context) (string, error) {
+	addr, ok, err := s.MooncakeView(ctx)
+	if err == nil && !ok {
+		err = errcode.New(errcode.EtcdKeyNotExist, "master_view: %s holds no leader's address yet", s.mcViewKey)
+	}
+	return addr, err
+}
+
 // DropLegacyView deletes what a release before the Mooncake protocol left
 // at master_view: its JSON view, which a Mooncake client would take for an
 // address. A Mooncake-format value is left alone.

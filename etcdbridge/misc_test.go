@@ -198,6 +198,8 @@ func TestMooncakeView(t *testing.T) {
 	_, ok, err := s.MooncakeView(ctx)
 	require.NoError(t, err)
 	require.False(t, ok, "an earlier release's JSON view is gone")
+	_, err = s.MooncakeMaster(ctx)
+	require.Equal(t, errcode.EtcdKeyNotExist, errcode.Of(err), "no master to connect to yet: %v", err)
 
 	v2 := MasterView{LeaderID: "n2", Term: 2}
 	require.NoError(t, s.PublishMasterView(ctx, v2))
@@ -207,6 +209,9 @@ func TestMooncakeView(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, "10.0.0.2:50051", addr, "the bare host:port, as Mooncake's clients read it")
+	master, err := s.MooncakeMaster(ctx)
+	require.NoError(t, err)
+	require.Equal(t, addr, master)
 	require.NoError(t, s.DropLegacyView(ctx))
 	_, ok, _ = s.MooncakeView(ctx)
 	require.True(t, ok, "a Mooncake-format view stays")

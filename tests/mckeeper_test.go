@@ -1,8 +1,6 @@
 package tests
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -27,22 +25,15 @@ func TestMooncakeKeepersFollowTheLeader(t *testing.T) {
 	c := StartCluster(t, t.TempDir(), 3, "--etcd-endpoints", etcd, "--client-ttl", ttl.String())
 	ctx, cl, leader := c.Serving(2 * time.Minute)
 	waitView(t, etcd, leader.MooncakeAddr)
-	views, err := etcdbridge.Dial(etcdbridge.Config{Endpoints: strings.Split(etcd, ","), Prefix: "mooncake-store", ClusterID: "mooncake_cluster"})
+	views, err := etcdbridge.Dial(etcdbridge.Config{Endpoints: strings.Split(etcd, ",")})
 	require.NoError(t, err)
 	defer views.Close()
-	master := func(ctx context.Context) (string, error) {
-		addr, ok, err := views.MooncakeView(ctx)
-		if err == nil && !ok {
-			err = errors.New("no master_view")
-		}
-		return addr, err
-	}
 
 	keepers := make([]*mckeeper.Keeper, 20)
 	for i := range keepers {
 		seg := mc.Segment{ID: mc.UUID{First: 2, Second: uint64(i)}, Name: fmt.Sprintf("host-%d", i), Base: uint64(i+1) << 30, Size: 1 << 20,
 			TEEndpoint: "127.0.0.1:1", Protocol: "tcp"}
-		k := mckeeper.New(mc.UUID{First: 1, Second: uint64(i)}, []mc.Segment{seg}, master)
+		k := mckeeper.New(mc.UUID{First: 1, Second: uint64(i)}, []mc.Segment{seg}, views.MooncakeMaster)
 		require.NoError(t, k.Mount(ctx))
 		k.Start(ctx)
 		t.Cleanup(k.Stop)

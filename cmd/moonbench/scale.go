@@ -126,7 +126,8 @@ type scaleRun struct {
 	// election could send the surviving nodes up to 100,000 calls a
 	// second, where a Mooncake client only pings again a second later.
 	pingers *client.Client
-	// views reads the Mooncake clients' master_view in etcd.
+	// views finds the leader for the Mooncake clients, at master_view in
+	// etcd, as Mooncake's HA clients do.
 	views  *etcdbridge.Store
 	start  time.Time
 	filled atomic.Uint64 // objects written: the fill's and the probes'
@@ -146,8 +147,8 @@ func runScale(ctx context.Context, cfg config, args string) error {
 		return err
 	}
 	defer s.pingers.Close()
-	// The nodes' default etcd prefix and cluster id.
-	if s.views, err = etcdbridge.Dial(etcdbridge.Config{Endpoints: lc.etcdP.endpoints(), Prefix: "mooncake-store", ClusterID: "mooncake_cluster"}); err != nil {
+	// The nodes' default etcd prefix and cluster id, as the Config's.
+	if s.views, err = etcdbridge.Dial(etcdbridge.Config{Endpoints: lc.etcdP.endpoints()}); err != nil {
 		return err
 	}
 	defer s.views.Close()
@@ -212,7 +213,7 @@ func (s *scaleRun) mount(ctx context.Context) error {
 		seg := mc.Segment{ID: mc.UUID{First: scaleUUID + 1, Second: uint64(i)}, Name: name + "-host", Base: base, Size: size,
 			TEEndpoint: fmt.Sprintf("127.0.0.1:%d", 20000+i), Protocol: "tcp"}
 		c.id = id.String()
-		k := mckeeper.New(id, []mc.Segment{seg}, s.mooncakeMaster)
+		k := mckeeper.New(id, []mc.Segment{seg}, s.views.MooncakeMaster)
 		c.keeper = k
 		mounts[i] = k.Mount
 		starts[i] = func() { k.Start(ctx) }
@@ -251,16 +252,6 @@ func (s *scaleRun) mount(ctx context.Context) error {
 // scaleUUID is the first half of the Mooncake clients' UUIDs (and, plus
 // one, of their segments'), the second half their index.
 const scaleUUID = 0x5ca1e
-
-// mooncakeMaster finds the leader as Mooncake's HA clients do: the
-// address at master_view in etcd.
-func (s *scaleRun) mooncakeMaster(ctx context.Context) (string, error) {
-	addr, ok, err := s.views.MooncakeView(ctx)
-	if err == nil && !ok {
-		err = errors.New("etcd holds no master_view: no leader yet")
-	}
-	return addr, err
-}
 
 func (s *scaleRun) remounts() int {
 	n := 0
