@@ -13,6 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/moonraft/moonraft/cororpc"
+	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/service"
+	"github.com/moonraft/moonraft/structpack"
 )
 
 // followerOf is a follower's view of the leader: its Mooncake address.
@@ -97,5 +100,51 @@ func TestForwardAcrossLeaderChange(t *testing.T) {
 				assert.Zero(t, nextGot.Load(), "a write that may have run is not sent again")
 			}
 		})
+	}
+}
+
+// pingLeader leads; with stepsDown it steps down during its Ping, answering
+// as a node that no longer leads. The rest of service.Data is never called
+// here.
+type pingLeader struct {
+	service.Data
+	stepsDown bool
+	leads     atomic.Bool
+}
+
+func (s *pingLeader) IsLeader() bool                    { return s.leads.Load() }
+func (s *pingLeader) ViewVersion() uint64               { return map[bool]uint64{true: 7}[s.leads.Load()] }
+func (s *pingLeader) LeaderMooncakeAddr() string        { return "" }
+func (s *pingLeader) AwaitLeader(context.Context) error { return nil }
+func (s *pingLeader) Ping(context.Context, string) (bool, error) {
+	if s.stepsDown {
+		s.leads.Store(false)
+		return false, errcode.New(errcode.NotLeader, "not the leader")
+	}
+	return false, nil
+}
+
+// TestInlinePing: the leader's event loop answers a Ping itself; one
+// answered by a leader that stepped down meanwhile is not sent back with
+// its "not the leader" (master_bench takes a failed Ping as fatal): Call
+// answers it instead, forwarding it to the new leader.
+func TestInlinePing(t *testing.T) {
+	body, err := structpack.Marshal(UUID{First: 1, Second: 2})
+	require.NoError(t, err)
+	for _, stepsDown := range []bool{false, true} {
+		s := &pingLeader{stepsDown: stepsDown}
+		s.leads.Store(true)
+		f := NewFront(s, s, slog.New(slog.DiscardHandler), 5000)
+		out, errc, _, done := f.CallInline(context.Background(), FunctionID("Ping"), body, nil)
+		f.Close()
+		if stepsDown {
+			assert.False(t, done, "the answer of a node that stepped down during the call")
+			continue
+		}
+		require.True(t, done, "a Ping answered on the loop")
+		require.Equal(t, cororpc.ErrcOK, errc)
+		var r Expected[PingResponse]
+		require.NoError(t, structpack.Unmarshal(out, &r))
+		assert.Equal(t, PingResponse{ViewVersionID: 7, ClientStatus: ClientOK}, r.Value)
 	}
 }
