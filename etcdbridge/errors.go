@@ -82,22 +82,28 @@ func badData(key string, format string, args ...any) error {
 	return errcode.New(errcode.InvalidParams, "etcd key %q: %s", key, fmt.Sprintf(format, args...))
 }
 
+// seqKeyLen is the length of seqKeyPart: uint64's 20 digits.
+const seqKeyLen = 20
+
 // seqKeyPart is the zero-padded form of a sequence id, so that key order is
 // numeric order.
 func seqKeyPart(seq uint64) string {
-	var b [20]byte
-	d := strconv.AppendUint(b[:0], seq, 10)
-	n := copy(b[20-len(d):], d)
-	for i := 0; i < 20-n; i++ {
-		b[i] = '0'
+	return string(appendSeqKeyPart(make([]byte, 0, seqKeyLen), seq))
+}
+
+func appendSeqKeyPart(b []byte, seq uint64) []byte {
+	var d [seqKeyLen]byte
+	digits := strconv.AppendUint(d[:0], seq, 10)
+	for range seqKeyLen - len(digits) {
+		b = append(b, '0')
 	}
-	return string(b[:])
+	return append(b, digits...)
 }
 
 // parseEntryKey returns the sequence id of an entry key.
 func (s *Store) parseEntryKey(key []byte) (uint64, error) {
 	k := string(key)
-	if len(k) != len(s.oplogDir)+20 || k[:len(s.oplogDir)] != s.oplogDir {
+	if len(k) != len(s.oplogDir)+seqKeyLen || k[:len(s.oplogDir)] != s.oplogDir {
 		return 0, badData(k, "in the OpLog entry range but not {dir}/{20-digit sequence id}")
 	}
 	part := k[len(s.oplogDir):]

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/moonraft/moonraft/errcode"
@@ -22,21 +23,30 @@ func (s *Store) WriteOpLog(ctx context.Context, e oplog.Entry) error {
 // FitBatch encodes the leading entries of es that one WriteOpLogBatch can
 // take: at most MaxBatch, and no more encoded bytes than MaxTxnBytes (but at
 // least one, so an oversized entry is still tried and etcd says why). Pass
-// the encodings on to WriteOpLogBatch: an entry is encoded once.
+// the encodings on to WriteOpLogBatch: an entry is encoded once, and the
+// batch's encodings share one buffer.
 func (s *Store) FitBatch(es []oplog.Entry) [][]byte {
-	var values [][]byte
+	n := min(len(es), s.MaxBatch())
+	values := make([][]byte, 0, n)
+	buf := make([]byte, 0, min(s.cfg.MaxTxnBytes, n*entrySizeHint))
 	size := 0
-	for len(values) < len(es) && len(values) < s.MaxBatch() {
-		v := es[len(values)].Encode()
+	for len(values) < n {
+		start := len(buf)
+		buf = es[len(values)].AppendJSON(buf)
 		// key + value + a little protobuf framing
-		size += len(s.oplogDir) + 20 + 16 + len(v)
+		size += len(s.oplogDir) + 20 + 16 + len(buf) - start
 		if len(values) > 0 && size > s.cfg.MaxTxnBytes {
 			break
 		}
-		values = append(values, v)
+		// An append past the buffer's room moves the rest to a new one;
+		// the values already taken keep the old.
+		values = append(values, buf[start:len(buf):len(buf)])
 	}
 	return values
 }
+
+// entrySizeHint is about a PUT_END entry's encoding with one replica.
+const entrySizeHint = 512
 
 // WriteOpLogBatch writes es, which must be prev+1, prev+2, ... in order, and
 // sets latest to the last one, all in one etcd transaction guarded on
@@ -62,31 +72,33 @@ func (s *Store) WriteOpLogBatch(ctx context.Context, prev uint64, es []oplog.Ent
 	if prev+uint64(len(es)) < prev {
 		return errcode.New(errcode.InvalidParams, "oplog: batch after %d overflows the sequence ids", prev)
 	}
-	puts := make([]clientv3.Op, 0, len(es)+1)
-	var bytes int // keys and values put, for Stats
+	last := prev + uint64(len(es))
+	txn := newPutTxn(len(es) + 1)
+	keys := make([]byte, 0, len(es)*(len(s.oplogDir)+seqKeyLen)) // one buffer, never outgrown
+	var bytes int                                                // keys and values put, for Stats
 	for i, e := range es {
 		if want := prev + 1 + uint64(i); e.SequenceID != want {
 			return errcode.New(errcode.InvalidParams,
 				"oplog: entry %d of the batch has sequence_id %d, want %d (a batch continues prev=%d without gaps)",
 				i, e.SequenceID, want, prev)
 		}
-		k := s.EntryKey(e.SequenceID)
 		var v []byte
 		if values != nil {
 			v = values[i]
 		} else {
 			v = e.Encode()
 		}
-		bytes += len(k) + len(v)
-		puts = append(puts, clientv3.OpPut(k, string(v)))
+		start := len(keys)
+		keys = s.appendEntryKey(keys, e.SequenceID)
+		txn.put(keys[start:], v)
+		bytes += len(keys) - start + len(v)
 	}
-	last := prev + uint64(len(es))
-	puts = append(puts, clientv3.OpPut(s.latestKey, strconv.FormatUint(last, 10)))
+	txn.put([]byte(s.latestKey), strconv.AppendUint(nil, last, 10))
 	first, end := s.EntryKey(prev+1), s.EntryKey(last)+"\x00"
 	absent := clientv3.Compare(clientv3.CreateRevision(first), "=", 0).WithRange(end)
-	elseOps := []clientv3.Op{
-		clientv3.OpGet(s.latestKey),
-		clientv3.OpGet(first, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1)),
+	txn.req.Failure = []*pb.RequestOp{
+		{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(s.latestKey)}}},
+		{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(first), RangeEnd: []byte(end), KeysOnly: true, Limit: 1}}},
 	}
 
 	// etcd's If is a conjunction, so "absent or 0" for prev 0 takes two
@@ -99,7 +111,9 @@ func (s *Store) WriteOpLogBatch(ctx context.Context, prev uint64, es []oplog.Ent
 		} else {
 			guard = clientv3.Compare(clientv3.CreateRevision(s.latestKey), "=", 0)
 		}
-		resp, err := s.c.Txn(ctx).If(absent, guard).Then(puts...).Else(elseOps...).Commit()
+		txn.req.Compare = []*pb.Compare{absent.GetCompare(), guard.GetCompare()}
+		resp, err := s.kv.Txn(ctx, &txn.req, kvCallOpts...)
+		err = clientv3.ContextError(ctx, err)
 		s.stats.oplogTxns.Add(1)
 		if err == nil && resp.Succeeded {
 			s.stats.oplogBytes.Add(uint64(bytes))

@@ -242,6 +242,19 @@ func TestKeysAndFitBatch(t *testing.T) {
 		big = append(big, oplog.NewEntry(i, 1, oplog.OpRemove, strings.Repeat("k", 3000), "", 1, oplog.SourceEvict))
 	}
 	require.Len(t, s.FitBatch(big), 1, "bounded by MaxTxnBytes, but at least one")
+
+	// Entries past entrySizeHint outgrow the batch's buffer: the encodings
+	// taken before keep theirs.
+	wide := New(testClient, Config{ClusterID: "c1", MaxTxnOps: 8, MaxTxnBytes: 1 << 20})
+	es = nil
+	for i := uint64(1); i <= 7; i++ {
+		es = append(es, oplog.NewEntry(i, 1, oplog.OpRemove, strings.Repeat(strconv.FormatUint(i, 10), 2*entrySizeHint), "", 1, oplog.SourceEvict))
+	}
+	vs = wide.FitBatch(es)
+	require.Len(t, vs, 7)
+	for i, v := range vs {
+		require.Equal(t, es[i].Encode(), v)
+	}
 }
 
 // TestStats: the load counters see exactly the transactions and bytes written.

@@ -32,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/client/pkg/v3/logutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -96,7 +97,8 @@ func (c Config) withDefaults() Config {
 // Store is the cluster's view of etcd. It is safe for concurrent use.
 type Store struct {
 	c     *clientv3.Client
-	owned bool // Close closes c only when Open made it
+	kv    pb.KVClient // c's, for the OpLog's transactions (putTxn)
+	owned bool        // Close closes c only when Open made it
 	cfg   Config
 
 	oplogDir   string // {prefix}/oplog/{cluster}/
@@ -200,6 +202,7 @@ func New(c *clientv3.Client, cfg Config) *Store {
 	dir := cfg.Prefix + "/oplog/" + cfg.ClusterID + "/"
 	return &Store{
 		c:          c,
+		kv:         clientv3.RetryKVClient(c),
 		cfg:        cfg,
 		oplogDir:   dir,
 		entryFirst: dir + seqKeyPart(1),
@@ -231,6 +234,11 @@ func (s *Store) MaxBatch() int { return s.cfg.MaxTxnOps - 1 }
 
 // EntryKey returns the etcd key of the entry with sequence id seq.
 func (s *Store) EntryKey(seq uint64) string { return s.oplogDir + seqKeyPart(seq) }
+
+// appendEntryKey appends EntryKey(seq) to b.
+func (s *Store) appendEntryKey(b []byte, seq uint64) []byte {
+	return appendSeqKeyPart(append(b, s.oplogDir...), seq)
+}
 
 // LatestKey returns the etcd key of latest.
 func (s *Store) LatestKey() string { return s.latestKey }
