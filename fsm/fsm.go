@@ -67,14 +67,17 @@ type replica struct {
 // object is immutable once stored — mutations store a modified copy — with
 // one exception: a renewal may extend the lease of an object made since
 // the last Snapshot (gen == FSM.gen), which no snapshot shares.
+//
+// gen and softPin share a word: a single object (laidOut) is then 144
+// bytes, a size class of Go's allocator, instead of 160.
 type object struct {
-	gen        uint64
+	gen        uint32
+	softPin    bool
 	size       uint64
 	clientID   string
 	putStartMs int64
 	leaseMs    int64
 	softPinMs  int64
-	softPin    bool
 	keySeq     uint64 // key_sequence_id of the last OpLog entry of this key
 	replicas   []replica
 }
@@ -125,7 +128,9 @@ type FSM struct {
 	// members: member id -> client (gRPC) address (Member commands).
 	members map[string]string
 	// gen counts Snapshots: objects of an older gen may be shared with one.
-	gen uint64
+	// It wraps after 2^32 of them, 136 years at one a second, and an object
+	// untouched all that time would then pass for unshared.
+	gen uint32
 
 	segments map[string]*segment
 	segNames map[string]*segment

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/lease"
@@ -706,4 +707,11 @@ func TestSegmentTransportTypes(t *testing.T) {
 	long := withTE
 	long.ID, long.Name, long.Base, long.Endpoint = "s2", "n2", 100, strings.Repeat("e", MaxIDLen+1)
 	assert.Equal(t, errcode.InvalidParams, errcode.Of(x.f.Apply(Encode(&MountSegment{NowMs: 3, ClientID: "c", Segment: long})).Err))
+}
+
+// TestSingleObjectSize: nearly every object is a single one (laidOut), and
+// its allocation is most of a follower's memory per object; it stays in
+// Go's 144-byte size class, the next being 160.
+func TestSingleObjectSize(t *testing.T) {
+	require.LessOrEqual(t, unsafe.Sizeof(singleObject{}), uintptr(144))
 }
