@@ -103,7 +103,7 @@ func parse(args []string) (config, error) {
 	scale := fs.String("scale", "", "with --local: fill the cluster to each of these object counts in turn (comma-separated, ascending) and measure memory, snapshots, idle clients, a failover, a restart and a join at each")
 	fs.IntVar(&c.scaleClients, "scale-clients", 1000, "with --scale: clients mounted (one segment each) and pinging every second")
 	fs.StringVar(&c.scalePings, "scale-pings", scalePingsMooncake, "with --scale: the clients' protocol: mooncake (Mooncake's, each client on its own connection, finding the leader in etcd as Mooncake's HA clients do) or grpc (moonraft's Go client, all on one connection)")
-	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of every node for every measured step into this directory (with --scale: a heap profile of every node at every size, and a CPU profile of the survivors of each failover)")
+	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of every node for every measured step into this directory (with --scale: a heap profile of every node at every size, back-to-back 5 s CPU profiles of every node while they snapshot, and a CPU profile of the survivors of each failover)")
 	nodeFlags := fs.String("node-flags", "", "with --local: more flags for every node, space-separated (\"--heap-headroom 1\", say)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

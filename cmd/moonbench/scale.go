@@ -301,7 +301,7 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	if err := s.idle(ctx, l, r); err != nil {
 		return nil, err
 	}
-	if err := s.snapshots(ctx, r); err != nil {
+	if err := s.snapshots(ctx, n, r); err != nil {
 		return nil, err
 	}
 	if err := s.failover(ctx, n, r); err != nil {
@@ -509,7 +509,7 @@ func (s *scaleRun) idle(ctx context.Context, l *localcluster.Node, r *scaleResul
 // log since its last one is as large as that was), then reads each one's
 // size and time, and compares the probe's writes that overlapped a
 // snapshot with the others, under the same churn.
-func (s *scaleRun) snapshots(ctx context.Context, r *scaleResult) error {
+func (s *scaleRun) snapshots(ctx context.Context, n uint64, r *scaleResult) error {
 	counts, sums := make([]uint64, len(s.lc.procs)), make([]float64, len(s.lc.procs))
 	for i, p := range s.lc.procs {
 		m, err := s.metrics(ctx, p)
@@ -525,6 +525,8 @@ func (s *scaleRun) snapshots(ctx context.Context, r *scaleResult) error {
 	if err != nil {
 		return err
 	}
+	stopProfiles := s.profileWindows(ctx, fmt.Sprintf("scale-%d-snapshot", n))
+	defer stopProfiles()
 	deadline := time.Now().Add(scaleSnapWait)
 	type window struct{ from, to time.Time }
 	var windows []window
@@ -533,10 +535,11 @@ func (s *scaleRun) snapshots(ctx context.Context, r *scaleResult) error {
 		p := s.lc.procs[i]
 		m, err := s.metrics(ctx, p)
 		if err == nil && histCount(m, "moonraft_snapshot_write_seconds") > counts[i] {
-			n := histCount(m, "moonraft_snapshot_write_seconds") - counts[i]
-			secs := (gauge(m, "moonraft_snapshot_write_seconds") - sums[i]) / float64(n)
+			taken := histCount(m, "moonraft_snapshot_write_seconds") - counts[i]
+			secs := (gauge(m, "moonraft_snapshot_write_seconds") - sums[i]) / float64(taken)
 			end := time.Unix(0, int64(gauge(m, "moonraft_snapshot_last_written_timestamp_seconds")*1e9))
 			windows = append(windows, window{end.Add(-time.Duration(secs * float64(time.Second))), end})
+			progressf("%s wrote a snapshot from %s to %s", p.ID, windows[len(windows)-1].from.Format(clockFormat), end.Format(clockFormat))
 			r.Nodes[i].SnapshotBytes = gauge(m, "moonraft_snapshot_size_bytes")
 			r.Nodes[i].SnapshotSecs = secs
 			i++

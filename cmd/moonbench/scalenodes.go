@@ -92,6 +92,34 @@ func (s *scaleRun) profileSurvivors(ctx context.Context, dead *localcluster.Node
 // failoverProfile is how long a failover's CPU profiles run.
 const failoverProfile = 3 * time.Second
 
+// profileWindows saves, with --profile, back-to-back CPU profiles of every
+// node, windowProfile each, as <prefix>-<id>-<start>.cpu (the start on the
+// clock of the progress lines), until the returned stop is called: which
+// ones overlap a snapshot is known only afterwards.
+func (s *scaleRun) profileWindows(ctx context.Context, prefix string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	if s.cfg.profileDir == "" {
+		return cancel
+	}
+	which := fmt.Sprintf("profile?seconds=%d", int(windowProfile/time.Second))
+	for _, p := range s.lc.procs {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				path := filepath.Join(s.cfg.profileDir, fmt.Sprintf("%s-%s-%s.cpu", prefix, p.ID, time.Now().Format("150405")))
+				if err := savePprof(ctx, p, which, path); err != nil && ctx.Err() == nil {
+					progressf("no profile of %s: %v", p.ID, err)
+					return
+				}
+			}
+		})
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+// windowProfile is how long each of profileWindows' profiles runs.
+const windowProfile = 5 * time.Second
+
 // join starts a fourth node with an empty data dir, joining through the
 // leader (which sends it a snapshot), times its catch-up, and removes it.
 func (s *scaleRun) join(ctx context.Context, r *scaleResult) error {
@@ -130,3 +158,7 @@ func (s *scaleRun) join(ctx context.Context, r *scaleResult) error {
 	r.JoinBySnapshot = histCount(m, "moonraft_snapshot_write_seconds") > 0
 	return nil
 }
+
+// clockFormat is how the snapshots' progress lines give the time of day,
+// to match with profileWindows' file names.
+const clockFormat = "15:04:05.0"
