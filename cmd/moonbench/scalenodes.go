@@ -94,27 +94,34 @@ const failoverProfile = 3 * time.Second
 
 // profileWindows saves, with --profile, back-to-back CPU profiles of every
 // node, windowProfile each, as <prefix>-<id>-<start>.cpu (the start on the
-// clock of the progress lines), until the returned stop is called: which
-// ones overlap a snapshot is known only afterwards.
+// clock of the progress lines), until the returned stop is called, which
+// waits for the profiles under way: the last snapshot ends in the last of
+// them, and which ones overlap a snapshot is known only afterwards.
 func (s *scaleRun) profileWindows(ctx context.Context, prefix string) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
 	var wg sync.WaitGroup
+	stop = func() { close(done); wg.Wait() }
 	if s.cfg.profileDir == "" {
-		return cancel
+		return stop
 	}
 	which := fmt.Sprintf("profile?seconds=%d", int(windowProfile/time.Second))
 	for _, p := range s.lc.procs {
 		wg.Go(func() {
-			for ctx.Err() == nil {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
 				path := filepath.Join(s.cfg.profileDir, fmt.Sprintf("%s-%s-%s.cpu", prefix, p.ID, time.Now().Format("150405")))
-				if err := savePprof(ctx, p, which, path); err != nil && ctx.Err() == nil {
+				if err := savePprof(ctx, p, which, path); err != nil {
 					progressf("no profile of %s: %v", p.ID, err)
 					return
 				}
 			}
 		})
 	}
-	return func() { cancel(); wg.Wait() }
+	return stop
 }
 
 // windowProfile is how long each of profileWindows' profiles runs.
