@@ -108,7 +108,8 @@ const (
 )
 
 type scaleClient struct {
-	id     string // moonraft's: a Mooncake client's is its UUID's String
+	id     string  // moonraft's: a Mooncake client's is its UUID's String
+	uuid   mc.UUID // a Mooncake client's
 	keeper interface {
 		Stop()
 		Remounts() int
@@ -212,7 +213,7 @@ func (s *scaleRun) mount(ctx context.Context) error {
 		id := mc.UUID{First: scaleUUID, Second: uint64(i)}
 		seg := mc.Segment{ID: mc.UUID{First: scaleUUID + 1, Second: uint64(i)}, Name: name + "-host", Base: base, Size: size,
 			TEEndpoint: fmt.Sprintf("127.0.0.1:%d", 20000+i), Protocol: "tcp"}
-		c.id = id.String()
+		c.id, c.uuid = id.String(), id
 		k := mckeeper.New(id, []mc.Segment{seg}, s.views.MooncakeMaster)
 		c.keeper = k
 		mounts[i] = k.Mount
@@ -327,20 +328,21 @@ func (s *scaleRun) fill(ctx context.Context, n uint64) (failures int64, err erro
 	defer stop()
 	var failed atomic.Int64
 	var wg sync.WaitGroup
-	for w := range scaleWriters {
-		owner := s.clients[w%len(s.clients)].id
+	for i := range scaleWriters {
+		w := s.newWriter(s.clients[i%len(s.clients)])
 		wg.Go(func() {
+			defer w.close()
 			for fctx.Err() == nil && s.filled.Load() < n {
 				first := s.seq.Add(scaleBatch) - scaleBatch
-				items := make([]client.PutStartItem, scaleBatch)
-				for i := range items {
-					items[i] = client.PutStartItem{Key: fmt.Sprintf("scale/%010d", first+uint64(i)), SliceLengths: []uint64{scaleObject},
-						Config: client.ReplicateConfig{ReplicaNum: 1}, ClientID: owner}
+				keys := make([]string, scaleBatch)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("scale/%010d", first+uint64(i))
 				}
-				if ok, err := s.putBatch(fctx, owner, items); err != nil {
+				if ok, err := w.put(fctx, keys); err != nil {
 					if failed.Add(1) <= 5 {
 						progressf("a fill call failed: %v", err)
 					}
+					w.failed(fctx)
 					time.Sleep(100 * time.Millisecond)
 				} else {
 					s.filled.Add(uint64(ok))
@@ -366,37 +368,6 @@ func (s *scaleRun) fill(ctx context.Context, n uint64) (failures int64, err erro
 			float64(now-last)/at.Sub(lastT).Seconds(), backlog, mbList(sample.RSS))
 		last, lastT = now, at
 	}
-}
-
-// putBatch starts and ends items, answering how many were written, or
-// the error of a call that failed as a whole.
-func (s *scaleRun) putBatch(ctx context.Context, owner string, items []client.PutStartItem) (int, error) {
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	rs, err := s.lc.cl.BatchPutStart(cctx, items)
-	if err != nil {
-		return 0, err
-	}
-	keys := make([]string, 0, len(items))
-	for i, r := range rs {
-		if r.Err == nil {
-			keys = append(keys, items[i].Key)
-		}
-	}
-	if len(keys) == 0 {
-		return 0, nil
-	}
-	errs, err := s.lc.cl.BatchPutEnd(cctx, owner, keys)
-	if err != nil {
-		return 0, err
-	}
-	ok := 0
-	for _, e := range errs {
-		if e == nil {
-			ok++
-		}
-	}
-	return ok, nil
 }
 
 // leaderStatus finds the leader and its status (without digests).
@@ -583,24 +554,21 @@ func (s *scaleRun) churn(ctx context.Context) (stop func(), churned *atomic.Int6
 	ctx, cancel := context.WithCancel(ctx)
 	churned = &atomic.Int64{}
 	var wg sync.WaitGroup
-	for w := range churnWriters {
-		owner := s.clients[w%len(s.clients)].id
+	for i := range churnWriters {
+		w := s.newWriter(s.clients[i%len(s.clients)])
 		wg.Go(func() {
+			defer w.close()
+			keys := make([]string, scaleBatch)
+			for j := range keys {
+				keys[j] = fmt.Sprintf("scale-churn/%d/%d", i, j)
+			}
 			for ctx.Err() == nil {
-				items := make([]client.PutStartItem, scaleBatch)
-				keys := make([]string, scaleBatch)
-				for j := range items {
-					keys[j] = fmt.Sprintf("scale-churn/%d/%d", w, j)
-					items[j] = client.PutStartItem{Key: keys[j], SliceLengths: []uint64{scaleObject}, Config: client.ReplicateConfig{ReplicaNum: 1}, ClientID: owner}
-				}
-				if _, err := s.putBatch(ctx, owner, items); err != nil {
+				if _, err := w.put(ctx, keys); err != nil {
+					w.failed(ctx)
 					time.Sleep(100 * time.Millisecond)
 					continue
 				}
-				cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
-				_, err := s.lc.cl.BatchRemove(cctx, keys, true)
-				ccancel()
-				if err == nil {
+				if w.remove(ctx, keys) == nil {
 					churned.Add(scaleBatch)
 				}
 			}
