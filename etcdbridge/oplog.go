@@ -34,7 +34,7 @@ func (s *Store) FitBatch(es []oplog.Entry) [][]byte {
 		start := len(buf)
 		buf = es[len(values)].AppendJSON(buf)
 		// key + value + a little protobuf framing
-		size += len(s.oplogDir) + 20 + 16 + len(buf) - start
+		size += len(s.oplogDir) + seqKeyLen + 16 + len(buf) - start
 		if len(values) > 0 && size > s.cfg.MaxTxnBytes {
 			break
 		}
@@ -74,8 +74,9 @@ func (s *Store) WriteOpLogBatch(ctx context.Context, prev uint64, es []oplog.Ent
 	}
 	last := prev + uint64(len(es))
 	txn := newPutTxn(len(es) + 1)
-	keys := make([]byte, 0, len(es)*(len(s.oplogDir)+seqKeyLen)) // one buffer, never outgrown
-	var bytes int                                                // keys and values put, for Stats
+	var bytes int // keys and values put, for Stats
+	// The entries' keys, in one buffer made to their size.
+	keys := make([]byte, 0, len(es)*(len(s.oplogDir)+seqKeyLen))
 	for i, e := range es {
 		if want := prev + 1 + uint64(i); e.SequenceID != want {
 			return errcode.New(errcode.InvalidParams,
