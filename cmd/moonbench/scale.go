@@ -121,11 +121,12 @@ type scaleRun struct {
 	lc      *localCluster
 	http    *http.Client
 	clients []*scaleClient
-	// pingers is the gRPC clients' connection, apart from the writers'
-	// (lc.cl) as separate processes' would be, with the client's default
-	// backoff: at a 100 ms cap, 10,000 keepers retrying through an
-	// election could send the surviving nodes up to 100,000 calls a
-	// second, where a Mooncake client only pings again a second later.
+	// pingers (with --scale-pings grpc) is the gRPC clients' connection,
+	// apart from the writers' (lc.cl) as separate processes' would be,
+	// with the client's default backoff: at a 100 ms cap, 10,000 keepers
+	// retrying through an election could send the surviving nodes up to
+	// 100,000 calls a second, where a Mooncake client only pings again a
+	// second later.
 	pingers *client.Client
 	// views finds the leader for the Mooncake clients, at master_view in
 	// etcd, as Mooncake's HA clients do.
@@ -144,10 +145,12 @@ func runScale(ctx context.Context, cfg config, args string) error {
 	defer lc.close()
 	s := &scaleRun{cfg: cfg, lc: lc, http: &http.Client{Timeout: 10 * time.Second}, start: time.Now(),
 		rep: &scaleReport{Machine: machine(), Date: time.Now().UTC().Format(time.RFC3339), Args: args}}
-	if s.pingers, err = client.Dial(client.Config{Endpoints: lc.endpoints()}); err != nil {
-		return err
+	if cfg.scalePings == scalePingsGRPC {
+		if s.pingers, err = client.Dial(client.Config{Endpoints: lc.endpoints()}); err != nil {
+			return err
+		}
+		defer s.pingers.Close()
 	}
-	defer s.pingers.Close()
 	// The nodes' default etcd prefix and cluster id, as the Config's.
 	if s.views, err = etcdbridge.Dial(etcdbridge.Config{Endpoints: lc.etcdP.endpoints()}); err != nil {
 		return err
