@@ -74,8 +74,10 @@ type scaleResult struct {
 	WriteP99Ms         float64     `json:"write_p99_ms"`          // outside every node's snapshot
 	WriteP99SnapMs     float64     `json:"write_p99_snapshot_ms"` // overlapping one
 	WritesInSnap       int         `json:"writes_during_snapshots"`
-	FailoverMs         float64     `json:"failover_ms"`          // leader SIGKILL to the next answered write
-	FailoverPromotedMs float64     `json:"failover_promoted_ms"` // to a promoted leader's status
+	PacedSec           float64     `json:"writes_paced_per_sec"`          // by the export's flow control, outside snapshots
+	PacedSnapSec       float64     `json:"writes_paced_per_sec_snapshot"` // during one
+	FailoverMs         float64     `json:"failover_ms"`                   // leader SIGKILL to the next answered write
+	FailoverPromotedMs float64     `json:"failover_promoted_ms"`          // to a promoted leader's status
 	SessionsLost       int         `json:"sessions_lost_in_failover"`
 	Remounts           int         `json:"remounts"` // by every client, over this size's phases
 	RestartSecs        float64     `json:"restart_secs"`
@@ -504,9 +506,24 @@ func (s *scaleRun) snapshots(ctx context.Context, n uint64, r *scaleResult) erro
 	deadline := time.Now().Add(scaleSnapWait)
 	type window struct{ from, to time.Time }
 	var windows []window
+	// The writes the export's flow control made wait, over every node, at
+	// each poll: a write slowed during a snapshot may have waited for etcd
+	// rather than for the node.
+	type pacedAt struct {
+		at time.Time
+		n  float64
+	}
+	var paced []pacedAt
 	polls := 0
 	for i := 0; i < len(s.lc.procs); {
 		p := s.lc.procs[i]
+		var n float64
+		for _, q := range s.lc.procs {
+			if m, err := s.metrics(ctx, q); err == nil {
+				n += gauge(m, "moonraft_writes_paced_total")
+			}
+		}
+		paced = append(paced, pacedAt{time.Now(), n})
 		m, err := s.metrics(ctx, p)
 		if err == nil && histCount(m, "moonraft_snapshot_write_seconds") > counts[i] {
 			taken := histCount(m, "moonraft_snapshot_write_seconds") - counts[i]
@@ -545,6 +562,16 @@ func (s *scaleRun) snapshots(ctx context.Context, n uint64, r *scaleResult) erro
 		}
 	}
 	r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap = percentile(out, 0.99), percentile(in, 0.99), len(in)
+	var pacedIn, pacedOut, secsIn, secsOut float64
+	for k := 1; k < len(paced); k++ {
+		a, b := paced[k-1], paced[k]
+		if slices.ContainsFunc(windows, func(w window) bool { return a.at.Before(w.to) && b.at.After(w.from) }) {
+			pacedIn, secsIn = pacedIn+b.n-a.n, secsIn+b.at.Sub(a.at).Seconds()
+		} else {
+			pacedOut, secsOut = pacedOut+b.n-a.n, secsOut+b.at.Sub(a.at).Seconds()
+		}
+	}
+	r.PacedSec, r.PacedSnapSec = pacedOut/max(secsOut, 1), pacedIn/max(secsIn, 1)
 	return nil
 }
 
@@ -595,7 +622,8 @@ func (r *scaleResult) print(w io.Writer) {
 		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
 			n.HeapBytes/1e6, n.HeapBytes/float64(r.Objects), n.LiveBytes/1e6, n.LiveBytes/float64(r.Objects), n.SnapshotBytes/1e6, n.SnapshotSecs)
 	}
-	fmt.Fprintf(w, "  write p99 %.1f ms outside snapshots, %.1f ms during one (%d writes)\n", r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap)
+	fmt.Fprintf(w, "  write p99 %.1f ms outside snapshots, %.1f ms during one (%d writes); writes paced by the export %.0f/s outside, %.0f/s during\n",
+		r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap, r.PacedSec, r.PacedSnapSec)
 	fmt.Fprintf(w, "  idle: Raft log %.0f B/s (%.1f entries/s), leader CPU %.2f cores, etcd %.1f txns/s %.0f B/s\n",
 		r.IdleLogBytesSec, r.IdleLogEntrySec, r.IdleLeaderCPU, r.IdleEtcdTxnsSec, r.IdleEtcdBytesSec)
 	fmt.Fprintf(w, "  failover %.0f ms to the next answered write (%.0f ms to a promoted leader), %d sessions lost, %d remounts; restart caught up in %.1f s, a fresh node joined in %.1f s (%s)\n",
