@@ -53,7 +53,7 @@ func New(id mc.UUID, segs []mc.Segment, resolve Resolver) *Keeper {
 // may be called again.
 func (k *Keeper) Mount(ctx context.Context) error {
 	for _, s := range k.segs {
-		if _, err := k.call(ctx, "MountSegment", mc.MountArgs{Segment: s, ClientID: k.id}); err != nil {
+		if err := k.call(ctx, "MountSegment", mc.MountArgs{Segment: s, ClientID: k.id}); err != nil {
 			return err
 		}
 	}
@@ -125,7 +125,7 @@ func (k *Keeper) ping(ctx context.Context) error {
 	if err != nil || p.ClientStatus != mc.ClientNeedRemount {
 		return err
 	}
-	if _, err := k.call(ctx, "ReMountSegment", mc.ReMountArgs{Segments: k.segs, ClientID: k.id}); err != nil {
+	if err := k.call(ctx, "ReMountSegment", mc.ReMountArgs{Segments: k.segs, ClientID: k.id}); err != nil {
 		return err
 	}
 	k.remounts.Add(1)
@@ -134,8 +134,9 @@ func (k *Keeper) ping(ctx context.Context) error {
 
 // call calls a function answering Expected<void>, waiting for its answer
 // as long as for a ping.
-func (k *Keeper) call(ctx context.Context, name string, args any) (mc.Void, error) {
+func (k *Keeper) call(ctx context.Context, name string, args any) error {
 	ctx, cancel := context.WithTimeout(ctx, pingEvery)
 	defer cancel()
-	return CallExpected[mc.Void](ctx, k.c, name, args)
+	_, err := CallExpected[mc.Void](ctx, k.c, name, args)
+	return err
 }

@@ -517,14 +517,19 @@ func (s *scaleRun) snapshots(ctx context.Context, n uint64, r *scaleResult) erro
 	polls := 0
 	for i := 0; i < len(s.lc.procs); {
 		p := s.lc.procs[i]
+		var m map[string]*dto.MetricFamily
+		var err error
 		var n float64
 		for _, q := range s.lc.procs {
-			if m, err := s.metrics(ctx, q); err == nil {
-				n += gauge(m, "moonraft_writes_paced_total")
+			qm, qerr := s.metrics(ctx, q)
+			if q == p {
+				m, err = qm, qerr
+			}
+			if qerr == nil {
+				n += gauge(qm, "moonraft_writes_paced_total")
 			}
 		}
 		paced = append(paced, pacedAt{time.Now(), n})
-		m, err := s.metrics(ctx, p)
 		if err == nil && histCount(m, "moonraft_snapshot_write_seconds") > counts[i] {
 			taken := histCount(m, "moonraft_snapshot_write_seconds") - counts[i]
 			secs := (gauge(m, "moonraft_snapshot_write_seconds") - sums[i]) / float64(taken)
