@@ -68,6 +68,7 @@ max-regex-len            = 4096       # regex of *ByRegex RPCs (4096 at most)
 max-in-flight-per-client = 256        # per client id (else per connection); -1: no cap
 max-pending-writes       = 512        # client writes waiting for the log on this node; -1: no bound
 gc-percent               = 200        # Go's GOGC (default 200, or $GOGC when set): memory for CPU
+heap-headroom            = 0.5        # a large heap grows this fraction past its live part at most; 0: GOGC alone
 
 # ---- cache semantics (the leader's values apply cluster-wide) --------------
 lease-ttl      = "5s"

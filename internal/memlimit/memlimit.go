@@ -3,9 +3,10 @@
 // (1 + GOGC/100) times the live heap, three times it at the node's default
 // GOGC of 200, and that headroom, not the state, is most of a large
 // node's resident memory (docs/OPERATIONS.md, "Memory"). Tune sets Go's
-// soft memory limit to the live heap plus max(floor, headroom × live)
-// after each collection, so a small state keeps GOGC's cheap collections
-// and a large one spends CPU, not memory.
+// soft memory limit so that the heap may grow by max(floor, headroom ×
+// live) past the live heap and the runtime's other memory, after each
+// collection, so a small state keeps GOGC's cheap collections and a large
+// one spends CPU, not memory.
 package memlimit
 
 import (
@@ -18,17 +19,48 @@ import (
 	"time"
 )
 
-// Limit is the soft memory limit for a live heap of live bytes: live plus
-// the larger of floor and headroom × live.
-func Limit(live uint64, headroom float64, floor uint64) int64 {
-	l := float64(live) + max(float64(floor), headroom*float64(live))
+// Limit is the soft memory limit for a live heap of live bytes in a
+// process whose runtime holds other bytes beside its heap's objects and
+// free pages: room for the heap to grow by the larger of floor and
+// headroom × live. Go aims the heap at the limit less that other memory
+// (stacks, metadata, and the unused room in part-filled spans); after a
+// mass removal the removed objects' spans stay part-filled, and a limit of
+// live × (1 + headroom) alone left the heap no room, so the collector ran
+// back to back (docs/RELIABILITY.md, finding 25).
+func Limit(live, other uint64, headroom float64, floor uint64) int64 {
+	l := float64(live) + float64(other) + max(float64(floor), headroom*float64(live))
 	if l >= math.MaxInt64 {
 		return math.MaxInt64
 	}
 	return int64(l)
 }
 
-const liveMetric = "/gc/heap/live:bytes"
+// The runtime's figures Tune reads.
+var samples = []string{
+	"/gc/heap/live:bytes",
+	"/memory/classes/total:bytes",
+	"/memory/classes/heap/released:bytes",
+	"/memory/classes/heap/free:bytes",
+	"/memory/classes/heap/objects:bytes",
+}
+
+// read returns the live heap and the memory the runtime holds beside its
+// objects and free pages, or false if a figure is missing.
+func read(s []metrics.Sample) (live, other uint64, ok bool) {
+	metrics.Read(s)
+	var v [5]uint64
+	for i := range s {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return 0, 0, false
+		}
+		v[i] = s[i].Value.Uint64()
+	}
+	total, released, free, objects := v[1], v[2], v[3], v[4]
+	if released+free+objects > total {
+		return v[0], 0, true
+	}
+	return v[0], total - released - free - objects, true
+}
 
 // holds counts the Holds in force: a state being rebuilt (a snapshot's
 // restore) grows its live heap from nothing, and a limit that trails the
@@ -47,23 +79,26 @@ func Hold() (release func()) {
 // ctx ends, then lifts it. A limit given in $GOMEMLIMIT is the operator's
 // and is left alone: the caller does not call Tune then.
 func Tune(ctx context.Context, headroom float64, floor uint64, interval time.Duration) {
-	sample := []metrics.Sample{{Name: liveMetric}}
+	sample := make([]metrics.Sample, len(samples))
+	for i, name := range samples {
+		sample[i].Name = name
+	}
 	var set int64
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	defer debug.SetMemoryLimit(math.MaxInt64)
 	for {
-		metrics.Read(sample)
+		live, other, ok := read(sample)
 		switch {
 		case holds.Load() > 0:
 			if set != math.MaxInt64 {
 				debug.SetMemoryLimit(math.MaxInt64)
 				set = math.MaxInt64
 			}
-		case sample[0].Value.Kind() == metrics.KindUint64:
+		case ok:
 			// Set only when it moves by more than 1 %: each call takes
 			// the runtime's heap lock.
-			if l := Limit(sample[0].Value.Uint64(), headroom, floor); set == 0 || math.Abs(float64(l)-float64(set)) > float64(set)/100 {
+			if l := Limit(live, other, headroom, floor); set == 0 || math.Abs(float64(l)-float64(set)) > float64(set)/100 {
 				debug.SetMemoryLimit(l)
 				set = l
 			}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -14,19 +15,52 @@ import (
 func TestLimit(t *testing.T) {
 	const mib = 1 << 20
 	for _, tc := range []struct {
-		live     uint64
-		headroom float64
-		floor    uint64
-		want     int64
+		live, other uint64
+		headroom    float64
+		floor       uint64
+		want        int64
 	}{
-		{0, 0.5, 256 * mib, 256 * mib},           // an empty node: the floor
-		{100 * mib, 0.5, 256 * mib, 356 * mib},   // a small state: the floor, looser than GOGC's
-		{1024 * mib, 0.5, 256 * mib, 1536 * mib}, // a large one: half its live heap more
-		{1024 * mib, 1, 0, 2048 * mib},           // no floor
-		{math.MaxUint64, 2, 0, math.MaxInt64},    // no overflow
+		{0, 0, 0.5, 256 * mib, 256 * mib},                     // an empty node: the floor
+		{100 * mib, 0, 0.5, 256 * mib, 356 * mib},             // a small state: the floor, looser than GOGC's
+		{1024 * mib, 0, 0.5, 256 * mib, 1536 * mib},           // a large one: half its live heap more
+		{1024 * mib, 400 * mib, 0.5, 256 * mib, 1936 * mib},   // the runtime's other memory comes on top
+		{1024 * mib, 0, 1, 0, 2048 * mib},                     // no floor
+		{math.MaxUint64, math.MaxUint64, 2, 0, math.MaxInt64}, // no overflow
 	} {
-		assert.Equal(t, tc.want, Limit(tc.live, tc.headroom, tc.floor), "live %d, headroom %g, floor %d", tc.live, tc.headroom, tc.floor)
+		assert.Equal(t, tc.want, Limit(tc.live, tc.other, tc.headroom, tc.floor), "live %d, other %d, headroom %g, floor %d", tc.live, tc.other, tc.headroom, tc.floor)
 	}
+}
+
+// TestTuneLeavesRoomAfterRemovals: when half of many small objects are
+// dropped, the live heap halves but their spans stay part-filled; the
+// heap goal must still leave the headroom above the live heap, not
+// collapse onto it (which made the collector run back to back on a node
+// whose clients left by the thousand).
+func TestTuneLeavesRoomAfterRemovals(t *testing.T) {
+	objs := make([]*[48]byte, 1<<20)
+	for i := range objs {
+		objs[i] = new([48]byte)
+	}
+	for i := 0; i < len(objs); i += 2 {
+		objs[i] = nil
+	}
+	runtime.GC()
+	runtime.GC()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Tune(ctx, 0.5, 0, 10*time.Millisecond)
+	}()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/goal:bytes"}}
+	assert.Eventually(t, func() bool {
+		metrics.Read(s)
+		live, goal := s[0].Value.Uint64(), s[1].Value.Uint64()
+		return debug.SetMemoryLimit(-1) < math.MaxInt64 && float64(goal) >= 1.4*float64(live)
+	}, 5*time.Second, 10*time.Millisecond, "a heap goal of at least 1.4 times the live heap at a headroom of 0.5")
+	runtime.KeepAlive(objs)
+	cancel()
+	<-done
 }
 
 // TestTune: the limit follows the live heap while Tune runs, is lifted
