@@ -25,7 +25,7 @@ trap cleanup EXIT
 master=$!
 pids+=("$master")
 for _ in $(seq 1 100); do curl -sf http://127.0.0.1:9103/metrics >/dev/null && break; sleep 0.1; done
-keys() { curl -sf http://127.0.0.1:9103/metrics | awk '$1 == "master_key_count" {printf "%d", $2}'; }
+keys() { curl -sf http://127.0.0.1:9103/metrics | awk '$1 == "master_key_count" {printf "%.0f", $2}'; }
 [ -n "$(keys)" ] || { echo "mooncake_master serves no master_key_count metric" >&2; exit 1; }
 
 "$MC/bin/master_bench" --master_server=127.0.0.1:50151 --operation=BatchPut --duration=3600 >"$dir/bench.log" 2>&1 &
@@ -41,6 +41,7 @@ for size in ${SIZES//,/ }; do
     [ $((i % 20)) -eq 0 ] && echo "filling mooncake_master to $size: ${n:-0} keys" >&2
     sleep 0.5
   done
-  rss=$(awk '/^VmRSS/ {printf "%d", $2 * 1024}' "/proc/$master/status")
+  # kB to bytes in bash: mawk's printf %d stops at 2^31-1 (2,147 MB).
+  rss=$(( $(awk '/^VmRSS/ {print $2}' "/proc/$master/status") * 1024 ))
   echo "| $n | $((rss / 1000000)) MB | $((rss / n)) B | $(($(date +%s) - start)) s |"
 done
