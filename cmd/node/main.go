@@ -239,9 +239,9 @@ const mooncakeDrainQuiet = 300 * time.Millisecond
 const DefaultGCPercent = 200
 
 // DefaultHeapHeadroom is --heap-headroom's default. Without it a leader's
-// resident memory was 2.5–3 times its live heap (GOGC 200's room), 1.2–1.5
+// resident memory was 2.5–3 times its live heap (GOGC 200's room), 1.2
 // times mooncake_master's per key at one and three million objects; at 0.5
-// it held 0.68× and 0.85× with the fill no slower, since etcd paces it
+// it held 0.72× and 0.76× with the fill no slower, since etcd paces it
 // (docs/OPERATIONS.md, "Memory"). Its price is CPU once the live heap
 // passes 512 MiB: the collector runs as at a GOGC of 50.
 const DefaultHeapHeadroom = 0.5

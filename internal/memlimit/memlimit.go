@@ -35,8 +35,8 @@ func Limit(live, other uint64, headroom float64, floor uint64) int64 {
 	return int64(l)
 }
 
-// The runtime's figures Tune reads.
-var samples = []string{
+// The runtime's figures Tune reads, in the order read takes them.
+var samples = [...]string{
 	"/gc/heap/live:bytes",
 	"/memory/classes/total:bytes",
 	"/memory/classes/heap/released:bytes",
@@ -48,7 +48,7 @@ var samples = []string{
 // objects and free pages, or false if a figure is missing.
 func read(s []metrics.Sample) (live, other uint64, ok bool) {
 	metrics.Read(s)
-	var v [5]uint64
+	var v [len(samples)]uint64
 	for i := range s {
 		if s[i].Value.Kind() != metrics.KindUint64 {
 			return 0, 0, false
