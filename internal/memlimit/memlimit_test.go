@@ -46,12 +46,8 @@ func TestTuneLeavesRoomAfterRemovals(t *testing.T) {
 	}
 	runtime.GC()
 	runtime.GC()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Tune(ctx, 0.5, 0, 10*time.Millisecond)
-	}()
+	stop := tune(0.5)
+	defer stop()
 	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/goal:bytes"}}
 	assert.Eventually(t, func() bool {
 		metrics.Read(s)
@@ -59,8 +55,6 @@ func TestTuneLeavesRoomAfterRemovals(t *testing.T) {
 		return debug.SetMemoryLimit(-1) < math.MaxInt64 && float64(goal) >= 1.4*float64(live)
 	}, 5*time.Second, 10*time.Millisecond, "a heap goal of at least 1.4 times the live heap at a headroom of 0.5")
 	runtime.KeepAlive(objs)
-	cancel()
-	<-done
 }
 
 // TestTune: the limit follows the live heap while Tune runs, is lifted
@@ -68,12 +62,7 @@ func TestTuneLeavesRoomAfterRemovals(t *testing.T) {
 func TestTune(t *testing.T) {
 	ballast := make([]byte, 64<<20)
 	runtime.GC()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Tune(ctx, 1, 0, 10*time.Millisecond)
-	}()
+	stop := tune(1)
 	assert.Eventually(t, func() bool {
 		l := debug.SetMemoryLimit(-1)
 		return l >= 2*int64(len(ballast)) && l < math.MaxInt64
@@ -84,7 +73,17 @@ func TestTune(t *testing.T) {
 	release()
 	assert.Eventually(t, func() bool { return debug.SetMemoryLimit(-1) < math.MaxInt64 }, 5*time.Second, 10*time.Millisecond, "back once released (once)")
 	runtime.KeepAlive(ballast)
-	cancel()
-	<-done
+	stop()
 	assert.Equal(t, int64(math.MaxInt64), debug.SetMemoryLimit(-1), "lifted when Tune stops")
+}
+
+// tune runs Tune with headroom and no floor until stop is called.
+func tune(headroom float64) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Tune(ctx, headroom, 0, 10*time.Millisecond)
+	}()
+	return func() { cancel(); <-done }
 }
