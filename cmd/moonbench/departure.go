@@ -23,6 +23,47 @@ type departureResult struct {
 	OthersExpired   int     `json:"others_expired"` // sessions of clients still pinging that expired
 	ProbeFirstError string  `json:"probe_first_error,omitempty"`
 	LeaderChanges   int     `json:"leader_changes"`
+	// The collector on each node meanwhile: a soft memory limit that left
+	// the heap no room made it run back to back (RELIABILITY finding 25).
+	GC []nodeGC `json:"gc"`
+}
+
+// nodeGC is what one node's collector did over a phase.
+type nodeGC struct {
+	ID      string  `json:"id"`
+	PerMin  float64 `json:"cycles_per_min"`
+	Limited bool    `json:"cpu_limiter_engaged"` // Go's GC CPU limiter
+}
+
+// gcState is a node's collections so far and the last cycle in which the
+// GC CPU limiter engaged (0: never); ok is false if its metrics could not
+// be read.
+type gcState struct {
+	cycles, limited float64
+	ok              bool
+}
+
+func (s *scaleRun) gcStates(ctx context.Context) []gcState {
+	out := make([]gcState, len(s.lc.procs))
+	for i, p := range s.lc.procs {
+		if m, err := s.metrics(ctx, p); err == nil {
+			out[i] = gcState{gauge(m, "go_gc_cycles_total_gc_cycles_total"), gauge(m, "go_gc_limiter_last_enabled_gc_cycle"), true}
+		}
+	}
+	return out
+}
+
+// gcSince is what each node's collector did from before to now, over d.
+func (s *scaleRun) gcSince(ctx context.Context, before []gcState, d time.Duration) []nodeGC {
+	var out []nodeGC
+	for i, now := range s.gcStates(ctx) {
+		if !now.ok || !before[i].ok {
+			continue
+		}
+		out = append(out, nodeGC{ID: s.lc.procs[i].ID, PerMin: (now.cycles - before[i].cycles) / d.Minutes(),
+			Limited: now.limited > before[i].limited})
+	}
+	return out
 }
 
 // departure stops the pings of the second half of the clients at once,
@@ -44,6 +85,7 @@ func (s *scaleRun) departure(ctx context.Context) (*departureResult, error) {
 	}
 	time.Sleep(2 * time.Second)
 	progressf("departure: %d of %d clients stop pinging at once", len(leaving), len(s.clients))
+	gc0 := s.gcStates(ctx)
 	t0 := time.Now()
 	for _, c := range leaving {
 		c.keeper.Stop()
@@ -82,6 +124,7 @@ func (s *scaleRun) departure(ctx context.Context) (*departureResult, error) {
 		}
 		if done {
 			r.ExportedSecs = time.Since(t0).Seconds()
+			r.GC = s.gcSince(ctx, gc0, time.Since(t0))
 			r.ObjectsRemoved = before.Objects + pr.written() - min(before.Objects+pr.written(), st.Objects)
 			break
 		}
@@ -119,4 +162,13 @@ func (r *departureResult) print(w io.Writer) {
 	if r.ProbeFirstError != "" {
 		fmt.Fprintf(w, "  the first failed put pair: %s\n", r.ProbeFirstError)
 	}
+	fmt.Fprintf(w, "  collections a minute meanwhile:")
+	limited := 0
+	for _, g := range r.GC {
+		fmt.Fprintf(w, " %s %.1f", g.ID, g.PerMin)
+		if g.Limited {
+			limited++
+		}
+	}
+	fmt.Fprintf(w, "; Go's GC CPU limiter engaged on %d of %d nodes\n", limited, len(r.GC))
 }

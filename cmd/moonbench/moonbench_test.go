@@ -173,6 +173,15 @@ func TestOutput(t *testing.T) {
 	assert.Contains(t, string(js), `"ops_per_sec": 700`)
 }
 
+// TestDepartureReport: the departure's report says what the collector did
+// on each node, and on how many Go's GC CPU limiter engaged.
+func TestDepartureReport(t *testing.T) {
+	r := &departureResult{Clients: 5000, GC: []nodeGC{{ID: "n0", PerMin: 4}, {ID: "n1", PerMin: 66.3, Limited: true}}}
+	var out bytes.Buffer
+	r.print(&out)
+	assert.Contains(t, out.String(), "collections a minute meanwhile: n0 4.0 n1 66.3; Go's GC CPU limiter engaged on 1 of 2 nodes")
+}
+
 // TestBaselineSweep runs both baselines for real (an etcd, a primary and
 // two standbys each, all up at once) through a short put step, taking turns
 // for two rounds: the workload runs, each system's etcd (its counters read
