@@ -141,7 +141,7 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	fs.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent(os.Getenv("GOGC")),
 		"Go's GOGC: the heap may grow this many percent over the live heap before a collection (-1: off); higher spends memory to save CPU per write (docs/OPERATIONS.md)")
 	fs.Float64Var(&o.heapHeadroom, "heap-headroom", DefaultHeapHeadroom,
-		"once the state is large, hold the heap within this fraction of the live heap above it (Go's soft memory limit, set after each collection: the live heap plus the larger of this fraction of it and 256 MiB); 0: --gc-percent alone; ignored when $GOMEMLIMIT is set (docs/OPERATIONS.md)")
+		"once the state is large, hold the heap within this fraction of the live heap above it (Go's soft memory limit, set after each collection: the live heap and the runtime's other memory, plus the larger of this fraction of the live heap and 256 MiB); 0: --gc-percent alone; ignored when $GOMEMLIMIT is set (docs/OPERATIONS.md)")
 	fs.IntVar(&cfg.MaxPendingWrites, "max-pending-writes", node.DefaultMaxPendingWrites, "client writes this node may have waiting for the log at once; past it a write is refused with TOO_MANY_REQUESTS; -1: no bound")
 	dev := fs.Bool("dev", false, "one-node cluster with an embedded etcd in a temporary directory, for trying moonraft out")
 	followEtcd := fs.Bool("follow-etcd", false, "run a read-only observer that follows the OpLog in etcd instead of a Raft node")
