@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/moonraft/moonraft/client"
@@ -66,9 +67,12 @@ func (w *scaleWriter) put(ctx context.Context, keys []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if len(rs) != len(keys) {
+		return 0, fmt.Errorf("BatchPutStart of %d keys answered %d results", len(keys), len(rs))
+	}
 	metas := make([]mc.ObjectMeta, 0, len(keys))
 	for i, r := range rs {
-		if r.Err == 0 && i < len(keys) {
+		if r.Err == 0 {
 			metas = append(metas, mc.ObjectMeta{Key: keys[i]})
 		}
 	}
@@ -130,6 +134,9 @@ func (w *scaleWriter) remove(ctx context.Context, keys []string) error {
 	rs, err := mckeeper.Call[[]mc.Expected[mc.Void]](ctx, w.mc, "BatchRemove", mc.BatchRemoveArgs{Keys: keys, Force: true})
 	if err != nil {
 		return err
+	}
+	if len(rs) != len(keys) {
+		return fmt.Errorf("BatchRemove of %d keys answered %d results", len(keys), len(rs))
 	}
 	var errs []error
 	for i, r := range rs {
