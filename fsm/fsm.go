@@ -268,7 +268,7 @@ func (f *FSM) putObject(key string, o *object) {
 }
 
 // storeObject is putObject without the segments' key sets, which a restore
-// builds at once in indexAllSegments.
+// builds at once when it has every object (restorer.finish).
 func (f *FSM) storeObject(key string, o *object) (old objItem, had bool) {
 	o.gen = f.gen
 	old, had = f.objects.ReplaceOrInsert(objItem{key, o})
@@ -279,28 +279,6 @@ func (f *FSM) storeObject(key string, o *object) (old objItem, had bool) {
 		f.processing.remove(key)
 	}
 	return old, had
-}
-
-// indexAllSegments builds every segment's key set from the objects, each
-// set made at its final size: filled one insert at a time, the sets spend
-// more time growing than being filled.
-func (f *FSM) indexAllSegments() {
-	counts := make(map[*segment]int, len(f.segments))
-	f.objects.Ascend(func(it objItem) bool {
-		for _, r := range it.obj.replicas {
-			for _, b := range r.buffers {
-				counts[b.seg]++
-			}
-		}
-		return true
-	})
-	for s, n := range counts {
-		s.objs = make(map[string]struct{}, n)
-	}
-	f.objects.Ascend(func(it objItem) bool {
-		indexSegments(it.key, it.obj)
-		return true
-	})
 }
 
 // indexSegments adds key to the object index of every segment o has a

@@ -446,12 +446,21 @@ func (rs *restorer) finish() error {
 			return corrupt("buffers overlap in segment %q", s.id)
 		}
 		s.alloc = a
+		if len(used) > 0 {
+			// Made at its final size (one key a buffer, near enough):
+			// filled one insert at a time, the key sets spent more time
+			// growing than being filled.
+			s.objs = make(map[string]struct{}, len(used))
+		}
 		f.segments[s.id] = s
 		f.capacity += s.size
 		f.used += s.size - a.free
 	}
 	f.segOrder = rs.segs
-	f.indexAllSegments()
+	f.objects.Ascend(func(it objItem) bool {
+		indexSegments(it.key, it.obj)
+		return true
+	})
 	if last, ok := f.ring.back(); ok && last.seq != f.appliedSeq {
 		return corrupt("export ring ends at seq %d but applied seq is %d", last.seq, f.appliedSeq)
 	}
