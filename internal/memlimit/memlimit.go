@@ -65,14 +65,37 @@ func read(s []metrics.Sample) (live, other uint64, ok bool) {
 // holds counts the Holds in force: a state being rebuilt (a snapshot's
 // restore) grows its live heap from nothing, and a limit that trails the
 // live heap would collect over and over; at three million objects it
-// made a restart or a join 2.5 times slower.
-var holds atomic.Int64
+// made a restart or a join 2.5 times slower. Nor does GOGC help there:
+// nearly all a restore allocates stays live, so each of its collections
+// (at 4, 12, 36 ... MB) marks what the next will mark again, for nothing
+// freed — at 3M objects a second and a half of a core while the restarted
+// node competes for the cores with the cluster it catches up with.
+var (
+	holds       atomic.Int64
+	holdMu      sync.Mutex // orders the GOGC changes of Hold and release
+	heldPercent int        // GOGC before the first Hold in force
+)
 
-// Hold lifts the limit until the returned release is called.
+// Hold stops the collector and lifts the limit until the returned release
+// is called; the heap meanwhile grows by what is allocated, a restore's
+// garbage (a third of its live heap) included. A limit set in $GOMEMLIMIT
+// still holds: Go collects at it whatever GOGC says.
 func Hold() (release func()) {
-	holds.Add(1)
+	holdMu.Lock()
+	if holds.Add(1) == 1 {
+		heldPercent = debug.SetGCPercent(-1)
+	}
+	holdMu.Unlock()
 	var once sync.Once
-	return func() { once.Do(func() { holds.Add(-1) }) }
+	return func() {
+		once.Do(func() {
+			holdMu.Lock()
+			defer holdMu.Unlock()
+			if holds.Add(-1) == 0 {
+				debug.SetGCPercent(heldPercent)
+			}
+		})
+	}
 }
 
 // Tune sets the soft memory limit from the live heap every interval until

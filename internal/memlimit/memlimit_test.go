@@ -87,3 +87,26 @@ func tune(headroom float64) (stop func()) {
 	}()
 	return func() { cancel(); <-done }
 }
+
+// TestHoldStopsCollections: while a Hold is in force, allocating runs no
+// collection; GOGC comes back when the last of overlapping Holds is
+// released, and not before.
+func TestHoldStopsCollections(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(150))
+	var stats runtime.MemStats
+	runtime.ReadMemStats(&stats)
+	before := stats.NumGC
+	first, second := Hold(), Hold()
+	keep := make([][]byte, 0, 1024)
+	for range cap(keep) {
+		keep = append(keep, make([]byte, 64<<10)) // 64 MiB in all
+	}
+	runtime.ReadMemStats(&stats)
+	assert.Equal(t, before, stats.NumGC, "collections while held")
+	first()
+	first()
+	assert.Equal(t, -1, debug.SetGCPercent(-1), "GOGC while the second Hold is in force")
+	second()
+	assert.Equal(t, 150, debug.SetGCPercent(150), "GOGC once both are released")
+	runtime.KeepAlive(keep)
+}
