@@ -90,6 +90,7 @@ read-mode          = "lease"
 read-lease         = "0s"
 snapshot-interval  = "30s"
 snapshot-threshold = 16384
+snapshot-log-ratio = 0.5              # and this many times the last snapshot's size in log bytes
 raft-wal-segment-mb = 64              # raft-wal segment files, preallocated (docs/OPERATIONS.md)
 
 log-level = "info"
