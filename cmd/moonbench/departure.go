@@ -22,7 +22,14 @@ type departureResult struct {
 	ProbeMaxMs      float64 `json:"probe_max_ms"`
 	OthersExpired   int     `json:"others_expired"` // sessions of clients still pinging that expired
 	ProbeFirstError string  `json:"probe_first_error,omitempty"`
-	LeaderChanges   int     `json:"leader_changes"`
+	// ProbeFailedAt is when each failed put pair began, in seconds after
+	// the last ping, to lay beside the progress lines' backlog.
+	ProbeFailedAt []float64 `json:"probe_failed_at,omitempty"`
+	LeaderChanges int       `json:"leader_changes"`
+	// SlowLogWrites counts the Raft log writes over slowLogThreshold on
+	// every node meanwhile: a write stuck past its deadline once admitted
+	// waits on the log's disk, or on something else.
+	SlowLogWrites int64 `json:"slow_log_writes"`
 	// The collector on each node meanwhile: a soft memory limit that left
 	// the heap no room made it run back to back (RELIABILITY finding 25).
 	GC []nodeGC `json:"gc"`
@@ -86,6 +93,11 @@ func (s *scaleRun) departure(ctx context.Context) (*departureResult, error) {
 	time.Sleep(2 * time.Second)
 	progressf("departure: %d of %d clients stop pinging at once", len(leaving), len(s.clients))
 	gc0 := s.gcStates(ctx)
+	slow0, err := s.lc.slowLogWrites(ctx)
+	if err != nil {
+		pr.finish()
+		return nil, err
+	}
 	t0 := time.Now()
 	for _, c := range leaving {
 		c.keeper.Stop()
@@ -125,6 +137,12 @@ func (s *scaleRun) departure(ctx context.Context) (*departureResult, error) {
 		if done {
 			r.ExportedSecs = time.Since(t0).Seconds()
 			r.GC = s.gcSince(ctx, gc0, time.Since(t0))
+			slow, err := s.lc.slowLogWrites(ctx)
+			if err != nil {
+				pr.finish()
+				return nil, err
+			}
+			r.SlowLogWrites = slow - slow0
 			r.ObjectsRemoved = before.Objects + pr.written() - min(before.Objects+pr.written(), st.Objects)
 			break
 		}
@@ -145,6 +163,7 @@ func (s *scaleRun) departure(ctx context.Context) (*departureResult, error) {
 				r.ProbeFirstError = o.err.Error()
 			}
 			r.ProbeFailed++
+			r.ProbeFailedAt = append(r.ProbeFailedAt, o.at.Sub(t0).Seconds())
 		}
 		ms := float64(o.lat.Microseconds()) / 1000
 		lat = append(lat, ms)
@@ -158,9 +177,15 @@ func (r *departureResult) print(w io.Writer) {
 	fmt.Fprintf(w, "\n%d of the clients stop pinging at once, with %d objects\n", r.Clients, r.ObjectsBefore)
 	fmt.Fprintf(w, "  their sessions expired within %.1f s (%d of the others' expired); %d objects removed, etcd held every REMOVE %.1f s after the last ping\n",
 		r.ExpiredSecs, r.OthersExpired, r.ObjectsRemoved, r.ExportedSecs)
-	fmt.Fprintf(w, "  a probe's put pairs meanwhile: %d, %d failed, p99 %.1f ms, slowest %.1f ms; %d leader changes\n", r.ProbeWrites, r.ProbeFailed, r.ProbeP99Ms, r.ProbeMaxMs, r.LeaderChanges)
+	fmt.Fprintf(w, "  a probe's put pairs meanwhile: %d, %d failed, p99 %.1f ms, slowest %.1f ms; %d leader changes; %d Raft log writes over %.0f ms on the nodes\n",
+		r.ProbeWrites, r.ProbeFailed, r.ProbeP99Ms, r.ProbeMaxMs, r.LeaderChanges, r.SlowLogWrites, slowLogThreshold*1000)
 	if r.ProbeFirstError != "" {
 		fmt.Fprintf(w, "  the first failed put pair: %s\n", r.ProbeFirstError)
+		fmt.Fprintf(w, "  the failed ones began at (s):")
+		for _, at := range r.ProbeFailedAt {
+			fmt.Fprintf(w, " %.1f", at)
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "  collections a minute meanwhile:")
 	limited := 0
