@@ -103,6 +103,7 @@ const (
 // new cluster if asked and the directory is empty, and starts Raft. A node
 // restarted on an existing data directory rejoins with its stored state.
 func New(ctx context.Context, cfg Config) (*Node, error) {
+	started := time.Now()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -242,6 +243,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	go func() {
 		defer n.wg.Done()
 		n.announceLoop(lctx)
+	}()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.catchUpLoop(lctx, started)
 	}()
 	if cfg.SnapshotLogRatio > 0 {
 		n.wg.Add(1)
