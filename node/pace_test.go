@@ -225,11 +225,24 @@ func TestRateMeter(t *testing.T) {
 	assert.InDelta(t, 1000, r.perSec, 0.1, "a busy second")
 	r.took(1000, t0.Add(1500*time.Millisecond))
 	r.took(1000, t0.Add(2*time.Second))
-	assert.InDelta(t, 1500, r.perSec, 0.1, "busy windows average: (1000 + 2000) / 2")
+	assert.InDelta(t, 1125, r.perSec, 0.1, "a busy window moves the estimate an eighth of the way: 1000 + (2000 - 1000) / 8")
 
 	r.idle = true // the exporter waited for entries: only a floor
 	r.took(100, t0.Add(3*time.Second))
-	assert.InDelta(t, 1500, r.perSec, 0.1, "an idle window does not lower the estimate")
+	assert.InDelta(t, 1125, r.perSec, 0.1, "an idle window does not lower the estimate")
+
+	// A dip of three seconds to a fifth of the rate, as the leader's own
+	// collections make it, takes the estimate down by about a quarter
+	// (half and half took it down by 70 %).
+	r = rateMeter{perSec: 10_000}
+	at := t0
+	for range 3 {
+		r.took(0, at)
+		at = at.Add(time.Second)
+		r.took(2_000, at)
+	}
+	assert.InDelta(t, 10_000-8_000*(1-0.875*0.875*0.875), r.perSec, 1, "after a 3 s dip to 2,000 a second")
+	assert.Greater(t, r.perSec, 6_000.0)
 }
 
 func TestEntriesOf(t *testing.T) {
