@@ -26,8 +26,9 @@ type catchUp struct {
 	started time.Time // the node's start, for the lines' since_start
 	since   time.Time // when the state began to trail; zero: it does not
 	from    uint64    // the applied index then
-	logged  time.Time // the last line of this episode; zero: none yet
-	last    uint64    // the applied index at that line
+	at      time.Time // the episode's last line, or since before the first
+	last    uint64    // the applied index at at
+	logged  bool      // a line of this episode was logged
 }
 
 // observe takes the applied and commit indexes at now and returns the line
@@ -37,31 +38,31 @@ type catchUp struct {
 func (c *catchUp) observe(now time.Time, applied, commit uint64) (msg string, args []any) {
 	behind := commit - min(applied, commit)
 	if behind < catchUpMin {
-		if !c.logged.IsZero() {
+		if c.logged {
 			msg, args = "caught up with the log", []any{
 				"applied", applied, "entries", applied - c.from, "took", now.Sub(c.since).Round(time.Millisecond),
 				"since_start", now.Sub(c.started).Round(time.Millisecond)}
 		}
-		c.since, c.logged = time.Time{}, time.Time{}
+		c.since, c.logged = time.Time{}, false
 		return msg, args
 	}
 	if c.since.IsZero() {
-		c.since, c.from = now, applied
+		c.since, c.from, c.at, c.last = now, applied, now, applied
 		return "", nil
 	}
-	if c.logged.IsZero() && now.Sub(c.since) < catchUpAfter || !c.logged.IsZero() && now.Sub(c.logged) < catchUpEvery {
+	wait := catchUpEvery
+	if !c.logged {
+		wait = catchUpAfter
+	}
+	if now.Sub(c.at) < wait {
 		return "", nil
 	}
-	prevAt, prev := c.since, c.from
-	if !c.logged.IsZero() {
-		prevAt, prev = c.logged, c.last
-	}
-	rate := float64(applied-min(prev, applied)) / now.Sub(prevAt).Seconds()
+	rate := float64(applied-min(c.last, applied)) / now.Sub(c.at).Seconds()
 	args = []any{"applied", applied, "committed", commit, "behind", behind, "entries_per_sec", int64(rate)}
 	if rate > 0 {
 		args = append(args, "eta", time.Duration(float64(behind)/rate*float64(time.Second)).Round(time.Second))
 	}
-	c.logged, c.last = now, applied
+	c.at, c.last, c.logged = now, applied, true
 	return "catching up with the log", args
 }
 
