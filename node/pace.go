@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +25,13 @@ import (
 // While etcd is unreachable there is no rate to follow: writes go on until
 // the hard bound (--export-ring), then are refused with
 // ETCD_OPERATION_ERROR saying since when etcd has failed and why.
+//
+// The leader's own bulk REMOVEs (release.go) yield to client writes: they
+// go while the backlog stays under half the soft bound, so the writes
+// beside them find room and go at once, whatever etcd's rate does
+// meanwhile. Once a client write has to wait, a waiting release takes its
+// turn among the writes, first come first served, so writers that outpace
+// etcd on their own do not starve it.
 type pacer struct {
 	softEntries uint64
 	softAge     time.Duration
@@ -37,17 +45,21 @@ type pacer struct {
 	nowMs   func() int64
 	now     func() time.Time
 
-	mu        sync.Mutex
-	active    bool   // this node leads and exports
-	reserved  uint64 // entries of admitted writes not yet applied
-	queue     []*paceWaiter
-	queued    uint64 // entries of the writes in queue
-	oldestMs  int64  // command time of the oldest entry etcd has not taken; 0: none
-	down      error  // etcd's last failure; nil once it takes entries again
-	downSince time.Time
-	rate      rateMeter
-	paced     uint64 // writes that waited (metrics)
-	refused   uint64 // writes refused for the backlog (metrics)
+	mu       sync.Mutex
+	active   bool   // this node leads and exports
+	reserved uint64 // entries of admitted writes not yet applied
+	queue    []*paceWaiter
+	queued   uint64 // entries of the writes in queue
+	// background holds the releases waiting for room under half the
+	// bound while no client write waits; they join queue, ahead of the
+	// first write that must wait.
+	background []*paceWaiter
+	oldestMs   int64 // command time of the oldest entry etcd has not taken; 0: none
+	down       error // etcd's last failure; nil once it takes entries again
+	downSince  time.Time
+	rate       rateMeter
+	paced      uint64 // writes that waited (metrics)
+	refused    uint64 // writes refused for the backlog (metrics)
 }
 
 type paceWaiter struct {
@@ -95,22 +107,88 @@ func (p *pacer) admit(ctx context.Context, need uint64) (release func(), err err
 		p.mu.Unlock()
 		return p.releaser(need), nil
 	}
-	budget := p.maxWait
-	if d, ok := ctx.Deadline(); ok {
-		budget = time.Until(d) - paceMargin
+	// This write must wait: the releases waiting in the background take
+	// their turn ahead of it.
+	for _, bw := range p.background {
+		p.enqueue(bw)
 	}
+	p.background = nil
+	budget := p.budget(ctx) - paceMargin
 	if wait, known := p.expectedWait(need); budget <= 0 || known && wait > budget {
 		err := p.tooMany(need, wait, known)
 		p.refused++
 		p.mu.Unlock()
 		return nil, err
 	}
-	w := &paceWaiter{need: need, ready: make(chan struct{})}
-	p.queue = append(p.queue, w)
-	p.queued += p.cost(need)
+	w := p.enqueue(&paceWaiter{need: need, ready: make(chan struct{})})
 	p.paced++
 	p.mu.Unlock()
 
+	if p.wait(ctx, w, budget) {
+		return p.releaser(need), nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refused++
+	if ctx.Err() != nil {
+		return nil, errcode.New(errcode.TooManyRequests, "the write's deadline passed while it waited for etcd to take the OpLog backlog; it was not applied")
+	}
+	wait, known := p.expectedWait(need)
+	return nil, p.tooMany(need, wait, known)
+}
+
+// admitBackground is admit for the leader's bulk REMOVEs: it waits until
+// ctx is done for room under half the soft bound, or for its turn among
+// the client writes once one waits (the pacer's comment).
+func (p *pacer) admitBackground(ctx context.Context, need uint64) (release func(), err error) {
+	if need == 0 {
+		return func() {}, nil
+	}
+	p.mu.Lock()
+	if err := p.overHard(need); err != nil {
+		p.mu.Unlock()
+		return nil, err
+	}
+	w := &paceWaiter{need: need, ready: make(chan struct{})}
+	if len(p.queue) > 0 {
+		p.enqueue(w)
+	} else {
+		p.background = append(p.background, w)
+		p.admitWaiting()
+	}
+	p.mu.Unlock()
+	if p.wait(ctx, w, p.budget(ctx)) {
+		return p.releaser(need), nil
+	}
+	return nil, errcode.New(errcode.TooManyRequests, "no room for %d deferred REMOVEs in the OpLog backlog before the release's deadline", need)
+}
+
+// budget is how long a write may wait: until ctx's deadline, or maxWait.
+func (p *pacer) budget(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return time.Until(d)
+	}
+	return p.maxWait
+}
+
+// releaseSize is the most deferred REMOVEs one release should ask for: a
+// quarter of the bound, so that one admitted under half of it leaves room
+// for client writes however small the bound.
+func (p *pacer) releaseSize() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return max(1, p.bound()/4)
+}
+
+func (p *pacer) enqueue(w *paceWaiter) *paceWaiter {
+	p.queue = append(p.queue, w)
+	p.queued += p.cost(w.need)
+	return w
+}
+
+// wait waits for w's admission, ctx or budget, whichever comes first, and
+// withdraws w if it was not admitted.
+func (p *pacer) wait(ctx context.Context, w *paceWaiter, budget time.Duration) (admitted bool) {
 	t := time.NewTimer(budget)
 	defer t.Stop()
 	select {
@@ -121,26 +199,25 @@ func (p *pacer) admit(ctx context.Context, need uint64) (release func(), err err
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if w.admitted {
-		return p.releaser(need), nil
+		return true
 	}
-	for i, q := range p.queue {
-		if q == w {
-			p.queue = append(p.queue[:i], p.queue[i+1:]...)
-			break
-		}
+	if i := slices.Index(p.queue, w); i >= 0 {
+		p.queue = slices.Delete(p.queue, i, i+1)
+		p.queued -= p.cost(w.need)
 	}
-	p.queued -= p.cost(need)
-	p.refused++
+	if i := slices.Index(p.background, w); i >= 0 {
+		p.background = slices.Delete(p.background, i, i+1)
+	}
 	p.admitWaiting() // those behind it may fit now
-	if ctx.Err() != nil {
-		return nil, errcode.New(errcode.TooManyRequests, "the write's deadline passed while it waited for etcd to take the OpLog backlog; it was not applied")
-	}
-	wait, known := p.expectedWait(need)
-	return nil, p.tooMany(need, wait, known)
+	return false
 }
 
 // free reports whether a write of need entries fits under the soft bound.
-func (p *pacer) free(need uint64) bool {
+func (p *pacer) free(need uint64) bool { return p.fits(need, p.bound()) }
+
+// fits reports whether a write of need entries fits under bound entries
+// and the age bound.
+func (p *pacer) fits(need, bound uint64) bool {
 	if !p.active || p.down != nil {
 		return true
 	}
@@ -148,7 +225,6 @@ func (p *pacer) free(need uint64) bool {
 	if b == 0 {
 		return true
 	}
-	bound := p.bound()
 	if b+min(p.cost(need), bound/4) > bound {
 		return false
 	}
@@ -227,16 +303,26 @@ func (p *pacer) releaser(need uint64) func() {
 	}
 }
 
-// admitWaiting lets in the waiting writes, oldest first, while they fit.
+// admitWaiting lets in the waiting writes, oldest first, while they fit;
+// then, while no write waits, the background releases that fit under half
+// the bound.
 func (p *pacer) admitWaiting() {
 	for len(p.queue) > 0 && p.free(p.queue[0].need) {
 		w := p.queue[0]
 		p.queue = p.queue[1:]
 		p.queued -= p.cost(w.need)
-		p.reserved += w.need
-		w.admitted = true
-		close(w.ready)
+		p.let(w)
 	}
+	for len(p.queue) == 0 && len(p.background) > 0 && p.fits(p.background[0].need, p.bound()/2) {
+		p.let(p.background[0])
+		p.background = p.background[1:]
+	}
+}
+
+func (p *pacer) let(w *paceWaiter) {
+	p.reserved += w.need
+	w.admitted = true
+	close(w.ready)
 }
 
 // start and stop bracket this node's export as leader; stopped, it paces

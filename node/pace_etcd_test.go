@@ -36,7 +36,7 @@ func TestWritesPacedToSlowEtcd(t *testing.T) {
 		slowEtcd(t, proxy)
 
 		stopAt := time.Now().Add(run)
-		w := startWriters(nd, writers, batch, stopAt)
+		w := startWriters(nd, writers, batch, 0, stopAt)
 		// The admitted rate against etcd's over the second half of the run,
 		// when the backlog has long been at the soft bound.
 		var appliedMid, exportedMid uint64
@@ -178,9 +178,11 @@ type writers struct {
 	firstErr   atomic.Value
 	puts       atomic.Int64
 	lostLeader atomic.Bool // a write met a leader change, which is not the pacer's doing
+	stopped    atomic.Bool // stop before stopAt
 }
 
-func startWriters(nd *Node, n, batch int, stopAt time.Time) *writers {
+// A writer waits gap between its batches.
+func startWriters(nd *Node, n, batch int, gap time.Duration, stopAt time.Time) *writers {
 	w := &writers{}
 	fail := func(err error) {
 		switch errcode.Of(err) {
@@ -204,7 +206,7 @@ func startWriters(nd *Node, n, batch int, stopAt time.Time) *writers {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			for j := 0; time.Now().Before(stopAt) && !w.lostLeader.Load(); j++ {
+			for j := 0; time.Now().Before(stopAt) && !w.lostLeader.Load() && !w.stopped.Load(); j++ {
 				var starts, ends []fsm.Command
 				for k := range batch {
 					key := fmt.Sprintf("w%d-%d-%d", i, j, k)
@@ -226,6 +228,7 @@ func startWriters(nd *Node, n, batch int, stopAt time.Time) *writers {
 					}
 				}
 				w.puts.Add(int64(len(ends)))
+				time.Sleep(gap)
 			}
 		}()
 	}
@@ -272,7 +275,7 @@ func TestBulkUnmountUnderLoad(t *testing.T) {
 		waitExported(t, nd, direct, 10*time.Second)
 
 		slowEtcd(t, proxy)
-		w := startWriters(nd, 4, 32, time.Now().Add(6*time.Second))
+		w := startWriters(nd, 4, 32, 0, time.Now().Add(6*time.Second))
 		time.Sleep(2 * time.Second) // the backlog is at the soft bound by now
 		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		start := time.Now()
@@ -317,30 +320,13 @@ func TestExpiryDeferredUnderLoad(t *testing.T) {
 			c.ExportSoftEntries = soft
 			c.Params.ClientTTLMs = 2000
 		})
-		stopPings := make(chan struct{})
-		pinged := make(chan struct{})
-		go func() { // c1 stays; c2 never pings and expires
-			defer close(pinged)
-			tk := time.NewTicker(200 * time.Millisecond)
-			defer tk.Stop()
-			for {
-				select {
-				case <-stopPings:
-					return
-				case <-tk.C:
-					pctx, cancel := context.WithTimeout(context.Background(), time.Second)
-					_, _ = nd.Ping(pctx, "c1")
-					cancel()
-				}
-			}
-		}()
-		defer func() { close(stopPings); <-pinged }()
+		defer keepPinging(nd, "c1")() // c1 stays; c2 never pings and expires
 		mountSegments(t, nd)
 		fillSegment(t, nd, "c2", "big", objects)
 		slowEtcd(t, proxy)
 
 		stopAt := time.Now().Add(7 * time.Second)
-		w := startWriters(nd, writers, batch, stopAt)
+		w := startWriters(nd, writers, batch, 0, stopAt)
 		var maxBacklog, maxDeferred uint64
 		for time.Now().Before(stopAt) {
 			time.Sleep(10 * time.Millisecond)
@@ -366,6 +352,88 @@ func TestExpiryDeferredUnderLoad(t *testing.T) {
 			}
 		}
 		assert.GreaterOrEqual(t, removes, objects)
+		c.converged()
+		return true
+	})
+}
+
+// keepPinging pings client's session every 200 ms until the returned stop
+// is called.
+func keepPinging(nd *Node, client string) (stop func()) {
+	stopPings := make(chan struct{})
+	pinged := make(chan struct{})
+	go func() {
+		defer close(pinged)
+		tk := time.NewTicker(200 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stopPings:
+				return
+			case <-tk.C:
+				pctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, _ = nd.Ping(pctx, client)
+				cancel()
+			}
+		}
+	}()
+	return func() { close(stopPings); <-pinged }
+}
+
+// TestExpiryYieldsToWrites: a client with thousands of objects stops
+// pinging while etcd is slow and another client writes a little. The
+// expiry's deferred REMOVEs enter the ring while the backlog is under half
+// the soft bound, so the other client's writes never wait for room, and
+// the backlog never reaches the bound; every REMOVE reaches etcd.
+func TestExpiryYieldsToWrites(t *testing.T) {
+	const (
+		soft    = 1500
+		objects = 6000
+	)
+	underOneLeader(t, func(t *testing.T) bool {
+		c, nd, proxy, direct := proxiedCluster(t, 0, func(c *Config) {
+			c.ExportSoftEntries = soft
+			c.Params.ClientTTLMs = 2000
+		})
+		defer keepPinging(nd, "c1")()
+		mountSegments(t, nd)
+		fillSegment(t, nd, "c2", "big", objects)
+		waitExported(t, nd, direct, 10*time.Second)
+		slowEtcd(t, proxy)
+		paced := nd.pacer.stats().Paced // the fill's batches may have waited
+
+		stopAt := time.Now().Add(time.Minute)
+		w := startWriters(nd, 1, 2, 20*time.Millisecond, stopAt)
+		var maxBacklog, maxDeferred uint64
+		for time.Now().Before(stopAt) {
+			time.Sleep(20 * time.Millisecond)
+			st := nd.Status()
+			maxBacklog = max(maxBacklog, nd.backlog())
+			maxDeferred = max(maxDeferred, st.ExportDeferred)
+			if st.Sessions == 1 && st.ExportDeferred == 0 {
+				break
+			}
+		}
+		w.stopped.Store(true)
+		if !w.wait(t) {
+			return false
+		}
+		st := nd.Status()
+		t.Logf("%d puts beside the expiry; backlog at most %d (soft bound %d); deferred at most %d", w.puts.Load(), maxBacklog, soft, maxDeferred)
+		assert.EqualValues(t, 1, st.Sessions, "c2 expired")
+		assert.EqualValues(t, 0, st.ExportDeferred, "every deferred REMOVE released within the minute")
+		assert.Greater(t, maxDeferred, uint64(objects/2), "the expiry's REMOVEs waited in the queue")
+		assert.Less(t, maxBacklog, uint64(soft), "the releases left room under the bound")
+		assert.Equal(t, paced, nd.pacer.stats().Paced, "no write waited for room")
+
+		require.NoError(t, proxy.Toxics.RemoveToxic(context.Background(), "slow"))
+		var removes int
+		for _, en := range checkOpLog(t, direct, waitExported(t, nd, direct, 30*time.Second)) {
+			if en.Source == oplog.SourceClientExpired {
+				removes++
+			}
+		}
+		assert.Equal(t, objects, removes)
 		c.converged()
 		return true
 	})

@@ -217,6 +217,80 @@ func TestPacerReleasesWaitersWhenEtcdFails(t *testing.T) {
 	assert.True(t, p.stats().EtcdDown())
 }
 
+// admission is the outcome of an admit run in the background, held until
+// the test releases it.
+type admission struct {
+	release func()
+	err     error
+}
+
+func admitHeld(admit func(context.Context, uint64) (func(), error), ctx context.Context, need uint64) chan admission {
+	out := make(chan admission, 1)
+	go func() {
+		release, err := admit(ctx, need)
+		out <- admission{release, err}
+	}()
+	return out
+}
+
+func backgroundWaiting(p *pacer) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.background)
+}
+
+// The leader's bulk REMOVEs go while the backlog stays under half the soft
+// bound, and client writes beside them go at once; once a client write
+// must wait, a waiting release takes its turn ahead of it.
+func TestPacerBackgroundYields(t *testing.T) {
+	var e fakeExport
+	p := e.pacer(100, 1000, time.Minute)
+	bg := context.Background()
+
+	e.set(30)
+	release, err := p.admitBackground(bg, 10)
+	require.NoError(t, err, "room under half the bound")
+	release()
+
+	e.set(45)
+	rel := admitHeld(p.admitBackground, bg, 10)
+	require.Eventually(t, func() bool { return backgroundWaiting(p) == 1 }, time.Second, time.Millisecond)
+	release, err = p.admit(bg, 40)
+	require.NoError(t, err, "a client write goes at once beside a release that waits")
+	release()
+	assert.Zero(t, p.stats().Paced)
+	e.set(40)
+	p.took(5)
+	a := <-rel
+	require.NoError(t, a.err, "admitted once the backlog is under half the bound")
+	a.release()
+
+	e.set(95)
+	rel = admitHeld(p.admitBackground, bg, 10)
+	require.Eventually(t, func() bool { return backgroundWaiting(p) == 1 }, time.Second, time.Millisecond)
+	write := admitHeld(p.admit, bg, 10)
+	require.Eventually(t, func() bool { return waiting(p) == 2 }, time.Second, time.Millisecond, "the release joined the line ahead of the write")
+	assert.Zero(t, backgroundWaiting(p))
+	e.set(85)
+	p.took(10) // room for one of them under the full bound: the release, first in line
+	a = <-rel
+	require.NoError(t, a.err)
+	assert.Equal(t, 1, waiting(p), "the write waits behind it")
+	a.release()
+	w := <-write
+	require.NoError(t, w.err)
+	w.release()
+
+	e.set(60)
+	dctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	defer cancel()
+	_, err = p.admitBackground(dctx, 10)
+	assert.Equal(t, errcode.TooManyRequests, errcode.Of(err), "%v", err)
+	assert.Zero(t, backgroundWaiting(p))
+	assert.Zero(t, p.reserved)
+	assert.Zero(t, p.stats().Refused, "a release is not a refused client write")
+}
+
 func TestRateMeter(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	var r rateMeter

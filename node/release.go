@@ -21,9 +21,10 @@ const (
 
 // releaseLoop is the leader's part in deferral (fsm/deferred.go): it turns
 // deferral on, then moves deferred REMOVEs into the export ring while any
-// wait, bulkDirect at a time, each admitted by the pacer like a client
-// write of as many entries. Releases and client writes thus take turns,
-// first come first served, at the rate etcd takes entries.
+// wait, bulkDirect at a time, each admitted by the pacer's
+// admitBackground: they keep the backlog under half the soft bound while
+// client writes go at once, and take turns with them, first come first
+// served, once writes must wait.
 func (n *Node) releaseLoop(ctx context.Context) {
 	t := time.NewTicker(n.cfg.Tick)
 	defer t.Stop()
@@ -53,9 +54,9 @@ func (n *Node) releaseRemovals(ctx context.Context) error {
 		if on && (waiting == 0 || n.pacer.stats().EtcdDown()) {
 			return nil // while etcd is down the queue, not the ring, holds them
 		}
-		chunk := uint64(min(waiting, bulkDirect))
+		chunk := min(uint64(min(waiting, bulkDirect)), n.pacer.releaseSize())
 		wctx, cancel := context.WithTimeout(ctx, releaseWait)
-		paced, err := n.pacer.admit(wctx, chunk)
+		paced, err := n.pacer.admitBackground(wctx, chunk)
 		cancel()
 		if errcode.Of(err) == errcode.TooManyRequests {
 			return nil // its turn is not near: the next tick asks again

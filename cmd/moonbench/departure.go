@@ -26,6 +26,11 @@ type departureResult struct {
 	// the last ping, to lay beside the progress lines' backlog.
 	ProbeFailedAt []float64 `json:"probe_failed_at,omitempty"`
 	LeaderChanges int       `json:"leader_changes"`
+	// BacklogMax and WaitingMax are the most OpLog entries waiting for
+	// etcd, and the most writes waiting for room among them, in the
+	// leader's status polled every 100 ms.
+	BacklogMax uint64 `json:"backlog_max"`
+	WaitingMax uint64 `json:"writes_waiting_max"`
 	// SlowLogWrites counts the Raft log writes over slowLogThreshold on
 	// every node meanwhile: a write stuck past its deadline once admitted
 	// waits on the log's disk, or on something else.
@@ -128,6 +133,8 @@ func (s *scaleRun) departure(ctx context.Context) (*departureResult, error) {
 		if target == 0 && r.ExpiredSecs > 0 && st.ExportDeferred == 0 {
 			target = st.AppliedSeq
 		}
+		r.BacklogMax = max(r.BacklogMax, st.AppliedSeq-st.ExportedSeq)
+		r.WaitingMax = max(r.WaitingMax, st.WritesPaced)
 		done := target > 0 && st.ExportedSeq >= target
 		if done || time.Since(last) >= scaleSampleGap {
 			progressf("departure: %.0f s, %d sessions, %d objects, %d removals deferred, export backlog %d",
@@ -179,6 +186,7 @@ func (r *departureResult) print(w io.Writer) {
 		r.ExpiredSecs, r.OthersExpired, r.ObjectsRemoved, r.ExportedSecs)
 	fmt.Fprintf(w, "  a probe's put pairs meanwhile: %d, %d failed, p99 %.1f ms, slowest %.1f ms; %d leader changes; %d Raft log writes over %.0f ms on the nodes\n",
 		r.ProbeWrites, r.ProbeFailed, r.ProbeP99Ms, r.ProbeMaxMs, r.LeaderChanges, r.SlowLogWrites, slowLogThreshold*1000)
+	fmt.Fprintf(w, "  the leader's export backlog at most %d entries, at most %d writes waiting for room in it\n", r.BacklogMax, r.WaitingMax)
 	if r.ProbeFirstError != "" {
 		fmt.Fprintf(w, "  the first failed put pair: %s\n", r.ProbeFirstError)
 		fmt.Fprintf(w, "  the failed ones began at (s):")

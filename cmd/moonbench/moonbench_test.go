@@ -178,13 +178,15 @@ func TestOutput(t *testing.T) {
 // probe's writes failed, and how many log writes were slow meanwhile.
 func TestDepartureReport(t *testing.T) {
 	r := &departureResult{Clients: 5000, GC: []nodeGC{{ID: "n0", PerMin: 4}, {ID: "n1", PerMin: 66.3, Limited: true}},
-		ProbeWrites: 900, ProbeFailed: 2, ProbeFirstError: "OUTCOME_UNKNOWN: lost", ProbeFailedAt: []float64{41.25, 60}, SlowLogWrites: 7}
+		ProbeWrites: 900, ProbeFailed: 2, ProbeFirstError: "OUTCOME_UNKNOWN: lost", ProbeFailedAt: []float64{41.25, 60}, SlowLogWrites: 7,
+		BacklogMax: 125_000, WaitingMax: 3}
 	var out bytes.Buffer
 	r.print(&out)
 	assert.Contains(t, out.String(), "collections a minute meanwhile: n0 4.0 n1 66.3; Go's GC CPU limiter engaged on 1 of 2 nodes")
 	assert.Contains(t, out.String(), "900, 2 failed")
 	assert.Contains(t, out.String(), "; 7 Raft log writes over 64 ms on the nodes")
 	assert.Contains(t, out.String(), "the failed ones began at (s): 41.2 60.0\n")
+	assert.Contains(t, out.String(), "export backlog at most 125000 entries, at most 3 writes waiting")
 }
 
 // TestBaselineSweep runs both baselines for real (an etcd, a primary and
