@@ -34,6 +34,7 @@ type restorer struct {
 	section  int // index in sectionOrder of the current section
 	records  int // records seen in the current section
 	lastKey  string
+	sessions []*session // in the order of the sessions section
 	segs     []*segment
 	segUsed  map[*segment][]freeRange
 	sessOf   map[*segment]string
@@ -94,7 +95,12 @@ func (rs *restorer) record(name string, data []byte) error {
 	case "sessions":
 		err = rs.session(d)
 	case "objects":
-		err = rs.object(d)
+		err = rs.object(d, false)
+	case "objects.v2":
+		if rs.records == 1 && rs.f.objects.Len() > 0 {
+			return corrupt("objects in both sections objects and objects.v2")
+		}
+		err = rs.object(d, true)
 	case "tombstones":
 		err = rs.tombstone(d)
 	case "ring":
@@ -207,25 +213,38 @@ func (rs *restorer) session(d *dec) error {
 		}
 		rs.sessOf[s] = id
 	}
-	f.sessions[id] = &session{clientID: id, segments: segs}
+	sess := &session{clientID: id, segments: segs}
+	f.sessions[id] = sess
+	rs.sessions = append(rs.sessions, sess)
 	f.deadlines.Set(id, deadline)
 	return nil
 }
 
-func (rs *restorer) object(d *dec) error {
-	key := d.str()
+// object reads an object record of "objects" or, packed, of "objects.v2"
+// (encodePackedObject), whose canonical form it checks: the longest shared
+// prefix, and an id only for an owner without a session.
+func (rs *restorer) object(d *dec, packed bool) error {
+	var key string
+	if packed {
+		shared, rest := d.u64(), d.bytes()
+		if d.err() != nil {
+			return d.err()
+		}
+		prev := rs.lastKey
+		if shared > uint64(len(prev)) || shared < uint64(len(prev)) && len(rest) > 0 && prev[shared] == rest[0] {
+			return corrupt("object after %q shares %d bytes with it (not canonical)", prev, shared)
+		}
+		key = prev[:shared] + string(rest)
+	} else {
+		key = d.str()
+	}
 	// Decoded into scratch, then copied out once: laid out as PutEnd lays
 	// a single object out, or with its own replica list.
 	o := &rs.scratch.o
 	*o = object{}
 	o.size = d.u64()
-	// A live client's id is its session's string (no allocation per
-	// object: the lookup converts without copying).
-	id := d.bytes()
-	if sess := rs.f.sessions[string(id)]; sess != nil {
-		o.clientID = sess.clientID
-	} else {
-		o.clientID = string(id)
+	if err := rs.objectOwner(d, o, packed); err != nil {
+		return err
 	}
 	o.putStartMs = d.i64()
 	o.leaseMs = d.i64()
@@ -254,6 +273,31 @@ func (rs *restorer) object(d *dec) error {
 		o = &c
 	}
 	rs.f.storeObject(key, o) // the segments' key sets are built in finish
+	return nil
+}
+
+// objectOwner reads the id of the client that put o. A live client's id is
+// its session's string, not a copy per object.
+func (rs *restorer) objectOwner(d *dec, o *object, packed bool) error {
+	if packed {
+		if ref := d.u64(); ref > 0 {
+			if ref > uint64(len(rs.sessions)) {
+				d.Fail("session %d of %d", ref, len(rs.sessions))
+				return d.err()
+			}
+			o.clientID = rs.sessions[ref-1].clientID
+			return nil
+		}
+	}
+	id := d.bytes() // the lookup converts without copying
+	if sess := rs.f.sessions[string(id)]; sess != nil {
+		if packed {
+			return corrupt("object owner %q written out, not as its session (not canonical)", id)
+		}
+		o.clientID = sess.clientID
+	} else {
+		o.clientID = string(id)
+	}
 	return nil
 }
 

@@ -13,7 +13,14 @@ import (
 // The last three hold state of graceful unmounts and upserts and are written
 // only when it exists, so a state without them has the format (and digest)
 // of the release before them.
-var sectionOrder = []string{"meta", "segments", "sessions", "objects", "tombstones", "ring", "draining", "replaced", "discarded", "members", "deferred"}
+//
+// The objects are in one of two sections. A file holds "objects.v2"
+// (encodePackedObject): each key as what it adds to the one before it, each
+// owner as its place among the sessions. The state's digest is taken over
+// "objects", the earlier encoding, which files of earlier releases hold:
+// the digest of a state is the same in every release, so nodes of two
+// releases compare theirs during a rolling upgrade.
+var sectionOrder = []string{"meta", "segments", "sessions", "objects", "objects.v2", "tombstones", "ring", "draining", "replaced", "discarded", "members", "deferred"}
 
 // Snapshot is a point-in-time view of the state. Taking it is cheap (the
 // object and tombstone trees are cloned copy-on-write, the rest is small);
@@ -132,7 +139,7 @@ func (s *Snapshot) Write(w io.Writer, h snapshots.Header) error {
 	if err != nil {
 		return err
 	}
-	if err := s.writeSections(sw); err != nil {
+	if err := s.writeSections(sw, true); err != nil {
 		return err
 	}
 	return sw.Close()
@@ -145,12 +152,14 @@ func (f *FSM) Digest() [32]byte {
 	// A digest writer has no underlying writer, so neither call can fail.
 	// The live trees, not clones: Digest runs under the read lock, beside
 	// other readers, and must not write (Clone writes the tree it clones).
-	_ = f.view(f.objects, f.tombstones).writeSections(w)
+	_ = f.view(f.objects, f.tombstones).writeSections(w, false)
 	_ = w.Close()
 	return w.Digest()
 }
 
-func (s *Snapshot) writeSections(w *snapshots.Writer) error {
+// writeSections writes the state's sections; packed, the objects go into
+// "objects.v2", as in a file, else into "objects", as for the digest.
+func (s *Snapshot) writeSections(w *snapshots.Writer, packed bool) error {
 	var e enc
 	rec := func() error {
 		err := w.Record(e.b)
@@ -214,15 +223,35 @@ func (s *Snapshot) writeSections(w *snapshots.Writer) error {
 		}
 		return nil
 	})
-	section("objects", func() error {
-		var werr error
-		s.objects.Ascend(func(it objItem) bool {
-			encodeObject(&e, it.key, it.obj, segIndex)
-			werr = rec()
-			return werr == nil
+	if packed {
+		section("objects.v2", func() error {
+			sessIndex := make(map[string]uint64, len(s.sessions))
+			for i, ss := range s.sessions {
+				sessIndex[ss.clientID] = uint64(i)
+			}
+			var (
+				werr error
+				prev string
+			)
+			s.objects.Ascend(func(it objItem) bool {
+				encodePackedObject(&e, prev, it.key, it.obj, sessIndex, segIndex)
+				prev = it.key
+				werr = rec()
+				return werr == nil
+			})
+			return werr
 		})
-		return werr
-	})
+	} else {
+		section("objects", func() error {
+			var werr error
+			s.objects.Ascend(func(it objItem) bool {
+				encodeObject(&e, it.key, it.obj, segIndex)
+				werr = rec()
+				return werr == nil
+			})
+			return werr
+		})
+	}
 	section("tombstones", func() error {
 		var werr error
 		s.tombstones.Ascend(func(t tombstone) bool {
@@ -323,6 +352,41 @@ func encodeObject(e *enc, key string, o *object, segIndex map[*segment]uint64) {
 	e.str(key)
 	e.u64(o.size)
 	e.str(o.clientID)
+	encodeObjectRest(e, o, segIndex)
+}
+
+// encodePackedObject is encodeObject for "objects.v2": the key as the
+// length of its longest common prefix with prev (the key before it) and the
+// rest; the owner as 1 + its session's place in the sessions section, or
+// 0 and its id when it has no session. A Mooncake client's id is a UUID of
+// 33 bytes; keys sorted side by side share most of their bytes.
+func encodePackedObject(e *enc, prev, key string, o *object, sessIndex map[string]uint64, segIndex map[*segment]uint64) {
+	shared := commonPrefix(prev, key)
+	e.u64(uint64(shared))
+	e.str(key[shared:])
+	e.u64(o.size)
+	if i, ok := sessIndex[o.clientID]; ok {
+		e.u64(i + 1)
+	} else {
+		e.u64(0)
+		e.str(o.clientID)
+	}
+	encodeObjectRest(e, o, segIndex)
+}
+
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// encodeObjectRest is what both encodings of an object share after its
+// key, size and owner.
+func encodeObjectRest(e *enc, o *object, segIndex map[*segment]uint64) {
 	e.i64(o.putStartMs)
 	e.i64(o.leaseMs)
 	e.bool(o.softPin)

@@ -199,7 +199,7 @@ func (n *Node) SnapshotRestore(ctx context.Context, r io.Reader) error {
 	if n.promote(ctx) == 0 {
 		return errcode.New(errcode.UnavailableInCurrentStatus, "snapshot restored, but re-promotion failed; the next leader will promote")
 	}
-	n.log.Info("restored snapshot", "objects", sum.Header.Objects, "digest", hex.EncodeToString(sum.Digest[:]))
+	n.log.Info("restored snapshot", "objects", sum.Header.Objects, "file_digest", hex.EncodeToString(sum.Digest[:]))
 	return nil
 }
 
