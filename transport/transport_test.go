@@ -483,12 +483,13 @@ func TestSnapshotStreaming(t *testing.T) {
 	srcFollower, srcFollowerAddr := startNode(t)
 	srcFollower.notLeader.Store(&srcAddr)
 
-	// A few MB of state: 8,000 objects with long keys.
+	// A few MB of state: 8,000 objects with long keys that differ early
+	// (a file writes only what a key adds to the one before it).
 	now := src.Now()
 	src.apply(t, &fsm.MountSegment{NowMs: now, ClientID: "c1", Segment: fsm.SegmentSpec{ID: "s1", Name: "n1", Size: 1 << 40}})
-	prefix := strings.Repeat("p", 150)
+	suffix := strings.Repeat("p", 150)
 	for i := range 8000 {
-		key := fmt.Sprintf("%s/%06d", prefix, i)
+		key := fmt.Sprintf("%06d/%s", i, suffix)
 		src.apply(t, &fsm.PutStart{NowMs: now, Key: key, SliceLengths: []uint64{4096}, ReplicaNum: 1, ClientID: "c1"})
 		src.apply(t, &fsm.PutEnd{NowMs: now, Key: key, ClientID: "c1"})
 	}
