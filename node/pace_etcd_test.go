@@ -291,12 +291,7 @@ func TestBulkUnmountUnderLoad(t *testing.T) {
 		t.Logf("the unmount of %d objects was answered in %v; %d puts beside it, none failed", r.Removed, took.Round(time.Millisecond), w.puts.Load())
 
 		require.NoError(t, proxy.Toxics.RemoveToxic(context.Background(), "slow"))
-		var removes int
-		for _, en := range checkOpLog(t, direct, waitExported(t, nd, direct, 30*time.Second)) {
-			if en.Source == oplog.SourceUnmountSegment {
-				removes++
-			}
-		}
+		removes := exportedFrom(t, nd, direct, oplog.SourceUnmountSegment)
 		assert.EqualValues(t, r.Removed, removes)
 		return true
 	})
@@ -345,12 +340,7 @@ func TestExpiryDeferredUnderLoad(t *testing.T) {
 
 		require.NoError(t, proxy.Toxics.RemoveToxic(context.Background(), "slow"))
 		require.Eventually(t, func() bool { return nd.Status().ExportDeferred == 0 }, 30*time.Second, 20*time.Millisecond)
-		var removes int
-		for _, en := range checkOpLog(t, direct, waitExported(t, nd, direct, 30*time.Second)) {
-			if en.Source == oplog.SourceClientExpired {
-				removes++
-			}
-		}
+		removes := exportedFrom(t, nd, direct, oplog.SourceClientExpired)
 		assert.GreaterOrEqual(t, removes, objects)
 		c.converged()
 		return true
@@ -427,14 +417,22 @@ func TestExpiryYieldsToWrites(t *testing.T) {
 		assert.Equal(t, paced, nd.pacer.stats().Paced, "no write waited for room")
 
 		require.NoError(t, proxy.Toxics.RemoveToxic(context.Background(), "slow"))
-		var removes int
-		for _, en := range checkOpLog(t, direct, waitExported(t, nd, direct, 30*time.Second)) {
-			if en.Source == oplog.SourceClientExpired {
-				removes++
-			}
-		}
+		removes := exportedFrom(t, nd, direct, oplog.SourceClientExpired)
 		assert.Equal(t, objects, removes)
 		c.converged()
 		return true
 	})
+}
+
+// exportedFrom waits until etcd holds every OpLog entry nd applied, checks
+// the OpLog, and counts its entries from src.
+func exportedFrom(t *testing.T, nd *Node, direct *etcdbridge.Store, src oplog.Source) int {
+	t.Helper()
+	n := 0
+	for _, en := range checkOpLog(t, direct, waitExported(t, nd, direct, 30*time.Second)) {
+		if en.Source == src {
+			n++
+		}
+	}
+	return n
 }
