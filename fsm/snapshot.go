@@ -223,35 +223,30 @@ func (s *Snapshot) writeSections(w *snapshots.Writer, packed bool) error {
 		}
 		return nil
 	})
+	objects, sessIndex := "objects", map[string]uint64(nil)
 	if packed {
-		section("objects.v2", func() error {
-			sessIndex := make(map[string]uint64, len(s.sessions))
-			for i, ss := range s.sessions {
-				sessIndex[ss.clientID] = uint64(i)
-			}
-			var (
-				werr error
-				prev string
-			)
-			s.objects.Ascend(func(it objItem) bool {
-				encodePackedObject(&e, prev, it.key, it.obj, sessIndex, segIndex)
-				prev = it.key
-				werr = rec()
-				return werr == nil
-			})
-			return werr
-		})
-	} else {
-		section("objects", func() error {
-			var werr error
-			s.objects.Ascend(func(it objItem) bool {
-				encodeObject(&e, it.key, it.obj, segIndex)
-				werr = rec()
-				return werr == nil
-			})
-			return werr
-		})
+		objects, sessIndex = "objects.v2", make(map[string]uint64, len(s.sessions))
+		for i, ss := range s.sessions {
+			sessIndex[ss.clientID] = uint64(i)
+		}
 	}
+	section(objects, func() error {
+		var (
+			werr error
+			prev string
+		)
+		s.objects.Ascend(func(it objItem) bool {
+			if packed {
+				encodePackedObject(&e, prev, it.key, it.obj, sessIndex, segIndex)
+			} else {
+				encodeObject(&e, it.key, it.obj, segIndex)
+			}
+			prev = it.key
+			werr = rec()
+			return werr == nil
+		})
+		return werr
+	})
 	section("tombstones", func() error {
 		var werr error
 		s.tombstones.Ascend(func(t tombstone) bool {
