@@ -328,3 +328,14 @@ func TestSlowLogWrites(t *testing.T) {
 	require.NoError(t, rep.output(&text, config{}))
 	assert.Regexp(t, `moonraft put clients=4: standby lag p99 [0-9.]+ ms, [0-9]+ Raft log writes over 64 ms`, text.String())
 }
+
+// TestScaleReport: a size's report says how many elections its load
+// brought before the failover, which it causes itself.
+func TestScaleReport(t *testing.T) {
+	r := &scaleResult{Objects: 6_000_000, Clients: 10_000, Pings: "mooncake", FillSecs: 413, Elections: 1,
+		Nodes: []scaleNode{{ID: "n0", Role: "leader", RSSBytes: 3.7e9}}}
+	var out bytes.Buffer
+	r.print(&out)
+	assert.Contains(t, out.String(), "(filled in 413 s, 0 failed calls; elections from the fill to the snapshots: 1)")
+	assert.Contains(t, out.String(), "n0   leader")
+}

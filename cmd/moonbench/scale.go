@@ -60,11 +60,15 @@ type scaleNode struct {
 
 // scaleResult is what one size measured.
 type scaleResult struct {
-	Objects            uint64      `json:"objects"`
-	Clients            int         `json:"clients"`
-	Pings              string      `json:"pings"` // the clients' protocol
-	FillSecs           float64     `json:"fill_secs"`
-	FillFailures       int64       `json:"fill_failed_calls"`
+	Objects      uint64  `json:"objects"`
+	Clients      int     `json:"clients"`
+	Pings        string  `json:"pings"` // the clients' protocol
+	FillSecs     float64 `json:"fill_secs"`
+	FillFailures int64   `json:"fill_failed_calls"`
+	// Elections is how far the leader's term moved from before the fill
+	// to after the snapshots, the failover aside: a leader that lost its
+	// lease under the load (docs/RELIABILITY.md, finding 27).
+	Elections          uint64      `json:"elections"`
 	Nodes              []scaleNode `json:"nodes"`
 	IdleLogBytesSec    float64     `json:"idle_raft_log_bytes_per_sec"`
 	IdleLogEntrySec    float64     `json:"idle_raft_log_entries_per_sec"`
@@ -271,8 +275,11 @@ func (s *scaleRun) remounts() int {
 func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	r := &scaleResult{Clients: len(s.clients), Pings: s.cfg.scalePings}
 	remounts := s.remounts()
+	_, st0, err := s.leaderStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
-	var err error
 	if r.FillFailures, err = s.fill(ctx, n); err != nil {
 		return nil, err
 	}
@@ -310,6 +317,11 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	if err := s.snapshots(ctx, n, r); err != nil {
 		return nil, err
 	}
+	_, st1, err := s.leaderStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.Elections = st1.Term - st0.Term
 	if err := s.failover(ctx, n, r); err != nil {
 		return nil, err
 	}
@@ -621,7 +633,8 @@ func percentile(vs []float64, q float64) float64 {
 }
 
 func (r *scaleResult) print(w io.Writer) {
-	fmt.Fprintf(w, "\n%d objects, %d clients pinging over %s (filled in %.0f s, %d failed calls)\n", r.Objects, r.Clients, r.Pings, r.FillSecs, r.FillFailures)
+	fmt.Fprintf(w, "\n%d objects, %d clients pinging over %s (filled in %.0f s, %d failed calls; elections from the fill to the snapshots: %d)\n",
+		r.Objects, r.Clients, r.Pings, r.FillSecs, r.FillFailures, r.Elections)
 	fmt.Fprintf(w, "  %-4s %-8s %10s %9s %10s %9s %10s %9s %12s %9s\n", "node", "role", "RSS MB", "B/object", "heap MB", "B/object", "live MB", "B/object", "snapshot MB", "save s")
 	for _, n := range r.Nodes {
 		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
