@@ -157,6 +157,7 @@ func pinJSONShapes(t *testing.T, moonctl func(...string) (string, string, int), 
 		{[]string{"status"}, "[" + node + "]"},
 		{[]string{"snapshot", "save", snap}, summary},
 		{[]string{"snapshot", "inspect", snap}, summary},
+		{[]string{"snapshot", "inspect", "--restore", snap}, strings.Replace(summary, `"sessions":"number"}`, `"sessions":"number","state_digest":"string"}`, 1)},
 		{[]string{"leader", "transfer"}, result},
 		{[]string{"unmount", "--client", "c2", "--segment", "seg4"}, result},
 	} {

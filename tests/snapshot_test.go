@@ -240,7 +240,23 @@ func TestSnapshotBadInput(t *testing.T) {
 	_, errOut, code = c.Moonctl(offline("--cluster-id", "mooncake_cluster", good)...)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "already holds Raft state")
-	out, errOut, code = c.Moonctl(offline("--cluster-id", "mooncake_cluster", "--force", good)...)
+	out, errOut, code = c.Moonctl(append(offline("--cluster-id", "mooncake_cluster", "--force", good), "--json")...)
 	require.Equal(t, 0, code, "%s%s", out, errOut)
+	var seededRep struct {
+		Digest string `json:"digest"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &seededRep), out)
+
+	// inspect --restore gives the digest of the state the file holds, as
+	// the node seeded from it has it; the file's own digest names the file.
+	out, errOut, code = c.Moonctl("snapshot", "inspect", "--restore", good, "--json")
+	require.Equal(t, 0, code, "%s%s", out, errOut)
+	var inspected struct {
+		Digest      string `json:"digest"`
+		StateDigest string `json:"state_digest"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &inspected), out)
+	assert.Equal(t, seededRep.Digest, inspected.StateDigest)
+	assert.NotEqual(t, inspected.Digest, inspected.StateDigest)
 	c.Kill(c.Procs[0], syscall.SIGTERM)
 }

@@ -40,7 +40,7 @@ var commands = []command{
 	{"members remove", "ID", "remove a member (leader only)"},
 	{"leader transfer", "[ID]", "hand leadership to ID, or to the most up-to-date follower"},
 	{"snapshot save", "FILE", "stream a fresh snapshot from the leader into FILE (atomically)"},
-	{"snapshot inspect", "FILE", "verify FILE and show its header, counts and digest"},
+	{"snapshot inspect", "[--restore] FILE", "verify FILE and show its header, counts and digest (--restore: also restore it in memory and show the state's digest)"},
 	{"snapshot restore", "FILE", "install FILE on the live cluster (every node)"},
 	{"snapshot restore", "--offline --data-dir DIR --id ID --peers id=raftaddr,... [--replay-etcd [--etcd-endpoints URLS] [--allow-gap]] [--cluster-id C] [--raft-log-store S] [--force] FILE",
 		"seed a fresh data directory for a lost cluster"},

@@ -60,7 +60,7 @@ func TestUsage(t *testing.T) {
 		{args: []string{"members", "list", "--all"}, code: 2, stderr: "members add ID RAFTADDR"},
 		{args: []string{"leader", "transfer", "--to", "n1"}, code: 2, stderr: "leader transfer [ID]"},
 		{args: []string{"segment", "list"}, code: 2, stderr: "segment takes one subcommand: status"},
-		{args: []string{"snapshot", "save"}, code: 2, stderr: "snapshot inspect FILE"},
+		{args: []string{"snapshot", "save"}, code: 2, stderr: "snapshot inspect [--restore] FILE"},
 		{args: []string{"oplog", "tail", "extra"}, code: 2, stderr: "oplog tail [--from SEQ]"},
 		{args: []string{"frob"}, code: 2, stderr: `unknown command "frob"`},
 		{args: nil, code: 2, stderr: "commands:"},

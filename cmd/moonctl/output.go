@@ -168,6 +168,8 @@ type summaryJSON struct {
 	FileBytes     int64  `json:"file_bytes"`
 	Digest        string `json:"digest"`
 	ChecksumOK    bool   `json:"checksum_ok"`
+	// StateDigest is the restored state's digest, with inspect --restore.
+	StateDigest string `json:"state_digest,omitempty"`
 }
 
 // restoreJSON is what snapshot restore --offline produced.

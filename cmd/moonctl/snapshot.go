@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/hex"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/listflag"
 	"github.com/moonraft/moonraft/raftstore"
 	"github.com/moonraft/moonraft/snapshots"
@@ -112,7 +114,7 @@ func (c *cli) snapshotSave(ctx context.Context, args []string) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return errcode.New(errcode.FileWriteFail, "rename into %s: %v", path, err)
 	}
-	return c.printSummary(path, sum)
+	return c.printSummary(path, sum, nil)
 }
 
 func inspectFile(path string) (snapshots.Summary, error) {
@@ -124,11 +126,18 @@ func inspectFile(path string) (snapshots.Summary, error) {
 	return snapshots.Inspect(f)
 }
 
-func (c *cli) printSummary(path string, s snapshots.Summary) error {
+// printSummary prints a file's summary, and its restored state's digest
+// when there is one.
+func (c *cli) printSummary(path string, s snapshots.Summary, state *[32]byte) error {
 	h := s.Header
 	j := summaryJSON{File: path, FormatVersion: s.Version, ClusterID: h.ClusterID, NodeID: h.NodeID, CreatedUnixMs: h.CreatedUnixMs,
 		RaftIndex: h.RaftIndex, RaftTerm: h.RaftTerm, AppliedSeq: h.AppliedSeq, Segments: h.Segments, Sessions: h.Sessions,
 		Objects: h.Objects, Bytes: h.Bytes, FileBytes: s.FileBytes, Digest: hex.EncodeToString(s.Digest[:]), ChecksumOK: true}
+	stateLine := ""
+	if state != nil {
+		j.StateDigest = hex.EncodeToString(state[:])
+		stateLine = "state digest    " + j.StateDigest + "\n"
+	}
 	text := fmt.Sprintf(`file            %s
 format version  %d
 cluster         %s
@@ -141,15 +150,20 @@ objects         %d (%d bytes allocated)
 file size       %d bytes
 digest          %s
 checksum        ok
-`, path, j.FormatVersion, j.ClusterID, j.NodeID, time.UnixMilli(j.CreatedUnixMs).UTC().Format(time.RFC3339), j.RaftIndex, j.RaftTerm,
-		j.AppliedSeq, j.Segments, j.Sessions, j.Objects, j.Bytes, j.FileBytes, j.Digest)
+%s`, path, j.FormatVersion, j.ClusterID, j.NodeID, time.UnixMilli(j.CreatedUnixMs).UTC().Format(time.RFC3339), j.RaftIndex, j.RaftTerm,
+		j.AppliedSeq, j.Segments, j.Sessions, j.Objects, j.Bytes, j.FileBytes, j.Digest, stateLine)
 	return c.print(j, text)
 }
 
 // snapshotInspect verifies FILE and prints its header, counts and digest;
-// a damaged file is reported with what is wrong.
+// a damaged file is reported with what is wrong. With --restore it also
+// restores the state in memory, every check of a node's restore included,
+// and prints the state's digest, the one moonctl status shows.
 func (c *cli) snapshotInspect(args []string) error {
-	pos, err := flags("snapshot inspect", args, nil)
+	var restore bool
+	pos, err := flags("snapshot inspect", args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&restore, "restore", false, "also restore the state in memory (as much as a node holds it in) and print its digest, as moonctl status shows it")
+	})
 	if err != nil {
 		return err
 	}
@@ -160,7 +174,20 @@ func (c *cli) snapshotInspect(args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.printSummary(pos[0], sum)
+	if !restore {
+		return c.printSummary(pos[0], sum, nil)
+	}
+	f, err := os.Open(pos[0])
+	if err != nil {
+		return errcode.New(errcode.FileNotFound, "%v", err)
+	}
+	defer f.Close()
+	st := fsm.New()
+	if _, err := st.Restore(bufio.NewReader(f)); err != nil {
+		return err
+	}
+	d := st.Digest()
+	return c.printSummary(pos[0], sum, &d)
 }
 
 func (c *cli) snapshotRestore(ctx context.Context, args []string) error {
