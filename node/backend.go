@@ -112,7 +112,7 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, grpcAddr string) erro
 		return errcode.New(errcode.InvalidParams, "add voter needs an id and a raft address")
 	}
 	if s, ok := n.server(id); !ok || s.Address != raft.ServerAddress(raftAddr) || s.Suffrage != raft.Voter {
-		if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, timeoutOf(ctx)).Error(); err != nil {
+		if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, timeoutOf(ctx, adminTimeout)).Error(); err != nil {
 			return n.raftErr(err, true)
 		}
 	}
@@ -130,7 +130,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	if n.serverAddr(id) == "" {
 		return errcode.New(errcode.InvalidParams, "no member %q", id)
 	}
-	if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeoutOf(ctx)).Error(); err != nil {
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeoutOf(ctx, adminTimeout)).Error(); err != nil {
 		return n.raftErr(err, true)
 	}
 	return n.recordMember(ctx, id, "")
@@ -190,7 +190,7 @@ func (n *Node) SnapshotRestore(ctx context.Context, r io.Reader) error {
 	defer n.leadership.suspend()()
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: sum.Header.RaftIndex, Term: sum.Header.RaftTerm,
 		Configuration: cf.Configuration(), ConfigurationIndex: cf.Index(), Size: size}
-	if err := n.raft.Restore(meta, bufio.NewReader(tmp), timeoutOf(ctx)); err != nil {
+	if err := n.raft.Restore(meta, bufio.NewReader(tmp), timeoutOf(ctx, adminTimeout)); err != nil {
 		return errcode.New(errcode.InternalError, "restore through raft: %v", err)
 	}
 	// The snapshot's session deadlines and leases are as old as the file:
@@ -203,9 +203,6 @@ func (n *Node) SnapshotRestore(ctx context.Context, r io.Reader) error {
 	return nil
 }
 
-func timeoutOf(ctx context.Context) time.Duration {
-	if d, ok := ctx.Deadline(); ok {
-		return time.Until(d)
-	}
-	return 30 * time.Second
-}
+// adminTimeout bounds an admin call to Raft (membership, restore) whose
+// context has no deadline.
+const adminTimeout = 30 * time.Second

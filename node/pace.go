@@ -113,7 +113,7 @@ func (p *pacer) admit(ctx context.Context, need uint64) (release func(), err err
 		p.enqueue(bw)
 	}
 	p.background = nil
-	budget := p.budget(ctx) - paceMargin
+	budget := timeoutOf(ctx, p.maxWait) - paceMargin
 	if wait, known := p.expectedWait(need); budget <= 0 || known && wait > budget {
 		err := p.tooMany(need, wait, known)
 		p.refused++
@@ -157,18 +157,10 @@ func (p *pacer) admitBackground(ctx context.Context, need uint64) (release func(
 		p.admitWaiting()
 	}
 	p.mu.Unlock()
-	if p.wait(ctx, w, p.budget(ctx)) {
+	if p.wait(ctx, w, timeoutOf(ctx, p.maxWait)) {
 		return p.releaser(need), nil
 	}
 	return nil, errcode.New(errcode.TooManyRequests, "no room for %d deferred REMOVEs in the OpLog backlog before the release's deadline", need)
-}
-
-// budget is how long a write may wait: until ctx's deadline, or maxWait.
-func (p *pacer) budget(ctx context.Context) time.Duration {
-	if d, ok := ctx.Deadline(); ok {
-		return time.Until(d)
-	}
-	return p.maxWait
 }
 
 // releaseSize is the most deferred REMOVEs one release should ask for: a

@@ -158,12 +158,9 @@ func (n *Node) apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	data := fsm.Encode(cmd)
 	var until time.Time
 	for {
-		timeout := 10 * time.Second
-		if d, ok := ctx.Deadline(); ok {
-			timeout = time.Until(d)
-			if timeout <= 0 {
-				return fsm.Result{}, errcode.New(errcode.UnavailableInCurrentStatus, "deadline passed before the write was sent")
-			}
+		timeout := timeoutOf(ctx, 10*time.Second)
+		if timeout <= 0 {
+			return fsm.Result{}, errcode.New(errcode.UnavailableInCurrentStatus, "deadline passed before the write was sent")
 		}
 		f := n.raft.Apply(data, timeout)
 		err := n.wait(f)
@@ -328,4 +325,12 @@ func (n *Node) Ping(ctx context.Context, clientID string) (needRemount bool, err
 		return nil
 	})
 	return needRemount, err
+}
+
+// timeoutOf is the time left until ctx's deadline, or fallback without one.
+func timeoutOf(ctx context.Context, fallback time.Duration) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return time.Until(d)
+	}
+	return fallback
 }
