@@ -116,6 +116,9 @@ type Config struct {
 	SnapshotRetain    int
 
 	Logger hclog.Logger
+	// OnStall, if set, is called with a stall's kind (stall.go) when this
+	// node sees one; cmd/node passes the flight recorder's dump.
+	OnStall func(kind string)
 	// Now is the leader's clock in Unix milliseconds; tests replace it.
 	Now func() int64
 }
@@ -164,6 +167,15 @@ func DefaultConfig() Config {
 		ExportSoftEntries:  DefaultExportSoftEntries,
 		ExportSoftAge:      DefaultExportSoftAge,
 	}
+}
+
+// leaderLease is how long a leader goes without contact from a quorum
+// before it steps down.
+func (c *Config) leaderLease() time.Duration {
+	if c.LeaderLeaseTimeout > 0 {
+		return c.LeaderLeaseTimeout
+	}
+	return c.HeartbeatTimeout / 2
 }
 
 // readLease is the read lease's length in force (also the wait before Raft

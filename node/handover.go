@@ -34,6 +34,13 @@ func (h *handover) begin() (end func()) {
 	}
 }
 
+// running tells whether a transfer runs.
+func (h *handover) running() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.done != nil
+}
+
 // wait returns once the running transfer ended, or ctx did. With none
 // running it pauses a millisecond: Raft goes on refusing for a moment
 // after a transfer (it clears its flag after answering it).

@@ -67,6 +67,7 @@ type nodeMetrics struct {
 	// writesRefused counts client writes refused past --max-pending-writes,
 	// through either front door (gRPC, Mooncake's protocol).
 	writesRefused prometheus.Counter
+	stalls        *prometheus.CounterVec
 }
 
 // Latency buckets from 0.25 ms to ~8 s: Raft round trips on a LAN are
@@ -95,10 +96,13 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 	m.leaseReads, m.quorumReads = reads.WithLabelValues("lease"), reads.WithLabelValues("quorum")
 	m.writesRefused = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "writes_refused_total",
 		Help: "Client writes refused with TOO_MANY_REQUESTS because --max-pending-writes were already waiting for the log."})
+	m.stalls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "stalls_total",
+		Help: "Stalls this node saw, by kind: sched (its goroutines waited over a quarter of the heartbeat timeout to run), leadership-lost (it lost a leadership it was not handing over), leader-silent (it stood for election after its leader went silent)."},
+		[]string{"kind"})
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "pending_writes",
 		Help: "Client writes sent to the log and not yet applied on this node (bounded by --max-pending-writes)."},
 		func() float64 { return float64(n.pendingWrites.Load()) })
-	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs, m.writesRefused, pending,
+	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs, m.writesRefused, m.stalls, pending,
 		&stateCollector{n: n},
 		// The scheduler's latencies and the GC's pauses: what a node
 		// starved of CPU shows (RELIABILITY finding 10).

@@ -247,6 +247,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
+		n.watchStalls(lctx)
+	}()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
 		n.catchUpLoop(lctx, started)
 	}()
 	if cfg.SnapshotLogRatio > 0 {
@@ -310,10 +315,7 @@ func (n *Node) startRaft(ctx context.Context) error {
 	rc.Logger = n.log.Named("raft")
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
 	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	if rc.LeaderLeaseTimeout == 0 {
-		rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
-	}
+	rc.LeaderLeaseTimeout = cfg.leaderLease()
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	if cfg.SnapshotLogRatio > 0 {

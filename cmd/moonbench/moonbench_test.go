@@ -330,12 +330,14 @@ func TestSlowLogWrites(t *testing.T) {
 }
 
 // TestScaleReport: a size's report says how many elections its load
-// brought before the failover, which it causes itself.
+// brought before the failover, which it causes itself, and how often each
+// node's goroutines stalled.
 func TestScaleReport(t *testing.T) {
 	r := &scaleResult{Objects: 6_000_000, Clients: 10_000, Pings: "mooncake", FillSecs: 413, Elections: 1,
-		Nodes: []scaleNode{{ID: "n0", Role: "leader", RSSBytes: 3.7e9}}}
+		Nodes: []scaleNode{{ID: "n0", Role: "leader", RSSBytes: 3.7e9, SchedStalls: 3}}}
 	var out bytes.Buffer
 	r.print(&out)
 	assert.Contains(t, out.String(), "(filled in 413 s, 0 failed calls; elections from the fill to the snapshots: 1)")
 	assert.Contains(t, out.String(), "n0   leader")
+	assert.Regexp(t, `save s +stalls\n.*n0 +leader .* 3\n`, out.String())
 }

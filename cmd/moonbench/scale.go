@@ -56,6 +56,10 @@ type scaleNode struct {
 	LiveBytes     float64 `json:"heap_live_bytes"` // marked live by the last collection
 	SnapshotBytes float64 `json:"snapshot_bytes"`
 	SnapshotSecs  float64 `json:"snapshot_secs"` // mean of the snapshots written in the window
+	// SchedStalls counts the times from the fill to the snapshots that
+	// the node's goroutines waited over a quarter of its heartbeat
+	// timeout to run (moonraft_stalls_total{kind="sched"}).
+	SchedStalls float64 `json:"sched_stalls"`
 }
 
 // scaleResult is what one size measured.
@@ -279,6 +283,10 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	stalls0, err := s.schedStalls(ctx)
+	if err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	if r.FillFailures, err = s.fill(ctx, n); err != nil {
 		return nil, err
@@ -322,6 +330,13 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 		return nil, err
 	}
 	r.Elections = st1.Term - st0.Term
+	stalls1, err := s.schedStalls(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range r.Nodes {
+		r.Nodes[i].SchedStalls = stalls1[i] - stalls0[i]
+	}
 	if err := s.failover(ctx, n, r); err != nil {
 		return nil, err
 	}
@@ -441,6 +456,25 @@ func (s *scaleRun) drained(ctx context.Context) error {
 
 func (s *scaleRun) metrics(ctx context.Context, p *localcluster.Node) (map[string]*dto.MetricFamily, error) {
 	return scrapeMetrics(ctx, s.http, "http://"+p.HTTPAddr)
+}
+
+// schedStalls reads every node's count of its goroutines' stalls.
+func (s *scaleRun) schedStalls(ctx context.Context) ([]float64, error) {
+	out := make([]float64, len(s.lc.procs))
+	for i, p := range s.lc.procs {
+		m, err := s.metrics(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		for _, x := range m["moonraft_stalls_total"].GetMetric() {
+			for _, l := range x.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == "sched" {
+					out[i] += x.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // gauge is the value of a gauge or counter (summed over its labels), or a
@@ -635,10 +669,10 @@ func percentile(vs []float64, q float64) float64 {
 func (r *scaleResult) print(w io.Writer) {
 	fmt.Fprintf(w, "\n%d objects, %d clients pinging over %s (filled in %.0f s, %d failed calls; elections from the fill to the snapshots: %d)\n",
 		r.Objects, r.Clients, r.Pings, r.FillSecs, r.FillFailures, r.Elections)
-	fmt.Fprintf(w, "  %-4s %-8s %10s %9s %10s %9s %10s %9s %12s %9s\n", "node", "role", "RSS MB", "B/object", "heap MB", "B/object", "live MB", "B/object", "snapshot MB", "save s")
+	fmt.Fprintf(w, "  %-4s %-8s %10s %9s %10s %9s %10s %9s %12s %9s %7s\n", "node", "role", "RSS MB", "B/object", "heap MB", "B/object", "live MB", "B/object", "snapshot MB", "save s", "stalls")
 	for _, n := range r.Nodes {
-		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
-			n.HeapBytes/1e6, n.HeapBytes/float64(r.Objects), n.LiveBytes/1e6, n.LiveBytes/float64(r.Objects), n.SnapshotBytes/1e6, n.SnapshotSecs)
+		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f %7.0f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
+			n.HeapBytes/1e6, n.HeapBytes/float64(r.Objects), n.LiveBytes/1e6, n.LiveBytes/float64(r.Objects), n.SnapshotBytes/1e6, n.SnapshotSecs, n.SchedStalls)
 	}
 	fmt.Fprintf(w, "  write p99 %.1f ms outside snapshots, %.1f ms during one (%d writes); writes paced by the export %.0f/s outside, %.0f/s during\n",
 		r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap, r.PacedSec, r.PacedSnapSec)

@@ -23,6 +23,7 @@ import (
 	"github.com/moonraft/moonraft/cmd/node/serve"
 	"github.com/moonraft/moonraft/cororpc"
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/internal/flightrec"
 	"github.com/moonraft/moonraft/internal/listflag"
 	"github.com/moonraft/moonraft/internal/memlimit"
 	"github.com/moonraft/moonraft/node"
@@ -45,6 +46,7 @@ type options struct {
 	gcPercent      int
 	heapHeadroom   float64
 	mooncakeDrain  time.Duration
+	flightDir      string
 	dev            bool
 	followEtcd     bool
 	followSnapshot string
@@ -111,6 +113,8 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	fs.Float64Var(&cfg.SnapshotLogRatio, "snapshot-log-ratio", cfg.SnapshotLogRatio,
 		"take a snapshot once the log written since the last one is this many times that snapshot's size (and --snapshot-threshold entries); 0: at --snapshot-threshold entries alone (docs/OPERATIONS.md)")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	fs.StringVar(&o.flightDir, "flight-recorder", "",
+		"keep the last seconds of this node's Go execution trace in memory and write them into this directory at each stall (go tool trace reads them; docs/OPERATIONS.md); empty: off")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --http-addr (off by default: it exposes internals)")
 	etcdEndpoints := fs.String("etcd-endpoints", "", "etcd client URLs, comma-separated; the leader exports the OpLog there (empty: no export)")
 	fs.StringVar(&cfg.Etcd.Prefix, "etcd-prefix", "mooncake-store", "prefix of every moonraft key in etcd")
@@ -347,6 +351,13 @@ func run(args []string) error {
 		}
 		defer cleanup()
 	}
+	if o.flightDir != "" {
+		stopRecorder, err := startFlightRecorder(&cfg, o.flightDir)
+		if err != nil {
+			return err
+		}
+		defer stopRecorder()
+	}
 	var lis *serve.Listeners
 	cfg.Listen = func(n *node.Node) (func(), error) {
 		l, err := serve.Open(n, listenConfig(cfg))
@@ -387,4 +398,22 @@ func run(args []string) error {
 		return err
 	}
 	return nil
+}
+
+// startFlightRecorder runs the process's flight recorder and has the node
+// dump it into dir at each stall.
+func startFlightRecorder(cfg *node.Config, dir string) (stop func(), err error) {
+	log := cfg.Logger
+	rec, err := flightrec.Start(dir, "moonraft-"+cfg.ID, func(path string, err error) {
+		if err != nil {
+			log.Warn("could not write the flight recorder's trace", "error", err)
+			return
+		}
+		log.Info("wrote the flight recorder's trace of the seconds around a stall", "file", path)
+	})
+	if err != nil {
+		return nil, errcode.New(errcode.InvalidParams, "--flight-recorder %s: %v", dir, err)
+	}
+	cfg.OnStall = rec.Dump
+	return rec.Stop, nil
 }
