@@ -82,7 +82,7 @@ type Config struct {
 	HeartbeatTimeout time.Duration
 	ElectionTimeout  time.Duration
 	// LeaderLeaseTimeout: a leader without contact from a quorum this
-	// long steps down; 0 takes half the heartbeat timeout.
+	// long steps down; 0 takes the heartbeat timeout (leaderLease).
 	LeaderLeaseTimeout time.Duration
 
 	// ReadMode is how the leader makes reads linearizable: ReadLease
@@ -170,12 +170,18 @@ func DefaultConfig() Config {
 }
 
 // leaderLease is how long a leader goes without contact from a quorum
-// before it steps down.
+// before it steps down: by default the heartbeat timeout, as etcd's
+// CheckQuorum waits an election timeout, so that a leader steps down when
+// its followers would elect another, not before. hashicorp/raft's half of
+// it cost leaderships to a busy leader's own stalls: its goroutines waited
+// to run 150–300 ms behind hundreds of request handlers while no follower
+// lost it (docs/RELIABILITY.md, finding 27). The read lease does not rest
+// on it (leadership.go).
 func (c *Config) leaderLease() time.Duration {
 	if c.LeaderLeaseTimeout > 0 {
 		return c.LeaderLeaseTimeout
 	}
-	return c.HeartbeatTimeout / 2
+	return c.HeartbeatTimeout
 }
 
 // readLease is the read lease's length in force (also the wait before Raft
