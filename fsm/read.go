@@ -1,6 +1,10 @@
 package fsm
 
 import (
+	"cmp"
+	"slices"
+
+	"github.com/google/btree"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/lease"
 	"github.com/moonraft/moonraft/oplog"
@@ -240,11 +244,31 @@ func (f *FSM) Params() Params { return f.params }
 // key order: the complete ones, and a resizing upsert's old value, which
 // the OpLog still has, intact, until the upsert's PUT_END.
 func (f *FSM) eachExported(fn func(key string, keySeq, size uint64, replicas []replica)) {
-	f.objects.Ascend(func(it objItem) bool {
+	eachExported(f.objects, func(key string) ([]replica, bool) {
+		old, ok := f.replaced[key]
+		return old, ok
+	}, fn)
+}
+
+// eachExported is FSM.eachExported over a snapshot's objects.
+func (s *Snapshot) eachExported(fn func(key string, keySeq, size uint64, replicas []replica)) {
+	eachExported(s.objects, func(key string) ([]replica, bool) {
+		i, ok := slices.BinarySearchFunc(s.replaced, key, func(r replacedRec, k string) int { return cmp.Compare(r.key, k) })
+		if !ok {
+			return nil, false
+		}
+		return s.replaced[i].replicas, true
+	}, fn)
+}
+
+// eachExported walks objects for FSM.eachExported; replaced gives a
+// resizing upsert's old value.
+func eachExported(objects *btree.BTreeG[objItem], replaced func(key string) ([]replica, bool), fn func(key string, keySeq, size uint64, replicas []replica)) {
+	objects.Ascend(func(it objItem) bool {
 		o := it.obj
 		if o.complete() {
 			fn(it.key, o.keySeq, o.size, o.replicas)
-		} else if old, ok := f.replaced[it.key]; ok {
+		} else if old, ok := replaced(it.key); ok {
 			var size uint64 // each replica holds all of it
 			for _, b := range old[0].buffers {
 				size += b.length
@@ -258,9 +282,15 @@ func (f *FSM) eachExported(fn func(key string, keySeq, size uint64, replicas []r
 // ObjectSetDigest hashes the complete objects as an etcd follower knows
 // them — key, size and the key_sequence_id of their PUT_END — so a follower
 // can prove it holds the leader's object set (oplog.ObjectSetHasher).
-func (f *FSM) ObjectSetDigest() [32]byte {
+func (f *FSM) ObjectSetDigest() [32]byte { return objectSetDigest(f.eachExported) }
+
+// ObjectSetDigest is FSM.ObjectSetDigest as the snapshot captured it; like
+// Digest, it needs no lock.
+func (s *Snapshot) ObjectSetDigest() [32]byte { return objectSetDigest(s.eachExported) }
+
+func objectSetDigest(each func(func(key string, keySeq, size uint64, replicas []replica))) [32]byte {
 	h := oplog.NewObjectSetHasher()
-	f.eachExported(func(key string, keySeq, size uint64, _ []replica) { h.Add(key, size, keySeq) })
+	each(func(key string, keySeq, size uint64, _ []replica) { h.Add(key, size, keySeq) })
 	return h.Sum()
 }
 

@@ -148,11 +148,18 @@ func (s *Snapshot) Write(w io.Writer, h snapshots.Header) error {
 // Digest is the SHA-256 of the canonical encoding of the whole state: equal
 // on two nodes exactly when their states are equal.
 func (f *FSM) Digest() [32]byte {
-	w := snapshots.NewDigestWriter()
-	// A digest writer has no underlying writer, so neither call can fail.
 	// The live trees, not clones: Digest runs under the read lock, beside
 	// other readers, and must not write (Clone writes the tree it clones).
-	_ = f.view(f.objects, f.tombstones).writeSections(w, false)
+	return f.view(f.objects, f.tombstones).Digest()
+}
+
+// Digest is the state's digest (FSM.Digest) as the snapshot captured it. A
+// pass over every object, it needs no lock: taking the snapshot is what
+// excludes Apply, and that is cheap.
+func (s *Snapshot) Digest() [32]byte {
+	w := snapshots.NewDigestWriter()
+	// A digest writer has no underlying writer, so neither call can fail.
+	_ = s.writeSections(w, false)
 	_ = w.Close()
 	return w.Digest()
 }

@@ -123,10 +123,30 @@ func TestSnapshotIsPointInTime(t *testing.T) {
 	assert.Equal(t, want, g.Digest())
 }
 
-// TestSnapshotWhileApplying writes snapshots in another goroutine while
-// commands keep being applied, as Raft's Persist does; the race detector
-// checks that nothing the writer reads is modified in place, and each file
-// restores to the digest taken with it.
+// TestSnapshotDigests: a snapshot's digests are the state's when it was
+// taken, a resizing upsert's old value included, whatever is applied after
+// (Status computes them once the state's lock is let go).
+func TestSnapshotDigests(t *testing.T) {
+	f := busyState(t)
+	x := &h{t: t, f: f, now: f.nowMs + 1}
+	require.NoError(t, x.upsert("z/complete", "z", 400).Err)
+	require.NotEmpty(t, f.replaced, "a resizing upsert in progress")
+	want, wantSet := f.Digest(), f.ObjectSetDigest()
+	snap := f.Snapshot()
+	assert.Equal(t, want, snap.Digest())
+	assert.Equal(t, wantSet, snap.ObjectSetDigest())
+	require.NoError(t, x.end("z/complete", "z").Err)
+	x.ok(&RemoveAll{NowMs: x.now, Force: true})
+	require.NotEqual(t, want, f.Digest())
+	require.NotEqual(t, wantSet, f.ObjectSetDigest())
+	assert.Equal(t, want, snap.Digest())
+	assert.Equal(t, wantSet, snap.ObjectSetDigest())
+}
+
+// TestSnapshotWhileApplying writes snapshots and takes their digests in
+// another goroutine while commands keep being applied, as Raft's Persist
+// and Status do; the race detector checks that nothing they read is
+// modified in place, and each file restores to the digest taken with it.
 func TestSnapshotWhileApplying(t *testing.T) {
 	f := busyState(t)
 	g := newGen(rand.New(rand.NewPCG(9, 9)))
@@ -134,12 +154,15 @@ func TestSnapshotWhileApplying(t *testing.T) {
 	for round := 0; round < 5; round++ {
 		want := f.Digest()
 		snap := f.Snapshot()
+		wantSet := f.ObjectSetDigest()
 		done := make(chan []byte)
+		var digest, setDigest [32]byte
 		go func() {
 			var buf bytes.Buffer
 			if err := snap.Write(&buf, snapshots.Header{}); err != nil {
 				buf.Reset()
 			}
+			digest, setDigest = snap.Digest(), snap.ObjectSetDigest()
 			done <- buf.Bytes()
 		}()
 		for i := 0; i < 300; i++ {
@@ -147,6 +170,8 @@ func TestSnapshotWhileApplying(t *testing.T) {
 		}
 		file := <-done
 		require.NotEmpty(t, file)
+		require.Equal(t, want, digest, "round %d", round)
+		require.Equal(t, wantSet, setDigest, "round %d", round)
 		r := New()
 		_, err := r.Restore(bytes.NewReader(file))
 		require.NoError(t, err)

@@ -176,6 +176,13 @@ func (s *stateMachine) read(fn func(f *fsm.FSM)) {
 	fn(s.f)
 }
 
+// write runs fn with Apply excluded, as fsm.FSM.Snapshot needs.
+func (s *stateMachine) write(fn func(f *fsm.FSM)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn(s.f)
+}
+
 type fsmSnapshot struct {
 	snap *fsm.Snapshot
 	hdr  snapshots.Header
