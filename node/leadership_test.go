@@ -202,9 +202,9 @@ func TestHoldsIsCheckedAfterTheRead(t *testing.T) {
 	assert.False(t, l.holds(tok))
 }
 
-// TestRenewedOnlyWhileReadsArrive: reads renew a lease past half its life
-// with one background round and never wait for it; without reads, no
-// rounds run and the lease lapses.
+// TestRenewedOnlyWhileReadsArrive: reads renew a lease past a quarter of
+// its life with one background round and never wait for it; without
+// reads, no rounds run and the lease lapses.
 func TestRenewedOnlyWhileReadsArrive(t *testing.T) {
 	l, q := newTestLeadership(time.Second)
 	require.NoError(t, l.confirm(context.Background()))
@@ -216,10 +216,10 @@ func TestRenewedOnlyWhileReadsArrive(t *testing.T) {
 		require.True(t, ok, "reads go on under the lease while a round runs")
 		require.True(t, l.holds(tok))
 	}
-	q.clock.advance(400 * time.Millisecond)
+	q.clock.advance(200 * time.Millisecond)
 	read()
 	time.Sleep(20 * time.Millisecond)
-	assert.Equal(t, int64(1), q.rounds.Load(), "more than half the lease is left: no round")
+	assert.Equal(t, int64(1), q.rounds.Load(), "more than three quarters of the lease are left: no round")
 
 	q.clock.advance(200 * time.Millisecond)
 	q.gate = make(chan struct{})

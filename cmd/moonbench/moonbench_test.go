@@ -330,14 +330,15 @@ func TestSlowLogWrites(t *testing.T) {
 }
 
 // TestScaleReport: a size's report says how many elections its load
-// brought before the failover, which it causes itself, and how often each
-// node's goroutines stalled.
+// brought before the failover, which it causes itself, how often each
+// node's goroutines stalled, and how many reads found the lease lapsed.
 func TestScaleReport(t *testing.T) {
 	r := &scaleResult{Objects: 6_000_000, Clients: 10_000, Pings: "mooncake", FillSecs: 413, Elections: 1,
-		Nodes: []scaleNode{{ID: "n0", Role: "leader", RSSBytes: 3.7e9, SchedStalls: 3}}}
+		LeaseReads: 4_000_000, QuorumReads: 1_234, Nodes: []scaleNode{{ID: "n0", Role: "leader", RSSBytes: 3.7e9, SchedStalls: 3}}}
 	var out bytes.Buffer
 	r.print(&out)
 	assert.Contains(t, out.String(), "(filled in 413 s, 0 failed calls; elections from the fill to the snapshots: 1)")
 	assert.Contains(t, out.String(), "n0   leader")
 	assert.Regexp(t, `save s +stalls\n.*n0 +leader .* 3\n`, out.String())
+	assert.Contains(t, out.String(), "reads, the pings among them: 4000000 under the read lease, 1234 after waiting for a quorum round")
 }

@@ -72,7 +72,13 @@ type scaleResult struct {
 	// Elections is how far the leader's term moved from before the fill
 	// to after the snapshots, the failover aside: a leader that lost its
 	// lease under the load (docs/RELIABILITY.md, finding 27).
-	Elections          uint64      `json:"elections"`
+	Elections uint64 `json:"elections"`
+	// LeaseReads and QuorumReads count the reads the nodes served from the
+	// fill to the snapshots (the clients' pings among them) under the read
+	// lease and after waiting for a quorum round: the second are reads
+	// that found the lease lapsed.
+	LeaseReads         float64     `json:"lease_reads"`
+	QuorumReads        float64     `json:"quorum_reads"`
 	Nodes              []scaleNode `json:"nodes"`
 	IdleLogBytesSec    float64     `json:"idle_raft_log_bytes_per_sec"`
 	IdleLogEntrySec    float64     `json:"idle_raft_log_entries_per_sec"`
@@ -283,7 +289,7 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	stalls0, err := s.schedStalls(ctx)
+	stalls0, lease0, quorum0, err := s.loadCounters(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -330,12 +336,14 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 		return nil, err
 	}
 	r.Elections = st1.Term - st0.Term
-	stalls1, err := s.schedStalls(ctx)
+	stalls1, lease1, quorum1, err := s.loadCounters(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for i := range r.Nodes {
 		r.Nodes[i].SchedStalls = stalls1[i] - stalls0[i]
+		r.LeaseReads += lease1[i] - lease0[i]
+		r.QuorumReads += quorum1[i] - quorum0[i]
 	}
 	if err := s.failover(ctx, n, r); err != nil {
 		return nil, err
@@ -458,23 +466,37 @@ func (s *scaleRun) metrics(ctx context.Context, p *localcluster.Node) (map[strin
 	return scrapeMetrics(ctx, s.http, "http://"+p.HTTPAddr)
 }
 
-// schedStalls reads every node's count of its goroutines' stalls.
-func (s *scaleRun) schedStalls(ctx context.Context) ([]float64, error) {
+// counters reads a labelled counter on every node: name{label=value}.
+func (s *scaleRun) counters(ctx context.Context, name, label, value string) ([]float64, error) {
 	out := make([]float64, len(s.lc.procs))
 	for i, p := range s.lc.procs {
 		m, err := s.metrics(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		for _, x := range m["moonraft_stalls_total"].GetMetric() {
+		for _, x := range m[name].GetMetric() {
 			for _, l := range x.GetLabel() {
-				if l.GetName() == "kind" && l.GetValue() == "sched" {
+				if l.GetName() == label && l.GetValue() == value {
 					out[i] += x.GetCounter().GetValue()
 				}
 			}
 		}
 	}
 	return out, nil
+}
+
+// loadCounters are the counters a size reports from the fill to the
+// snapshots: each node's stalls, and the reads (pings included) served
+// under the read lease and after waiting for a quorum round.
+func (s *scaleRun) loadCounters(ctx context.Context) (stalls, leaseReads, quorumReads []float64, err error) {
+	if stalls, err = s.counters(ctx, "moonraft_stalls_total", "kind", "sched"); err != nil {
+		return
+	}
+	if leaseReads, err = s.counters(ctx, "moonraft_reads_total", "path", "lease"); err != nil {
+		return
+	}
+	quorumReads, err = s.counters(ctx, "moonraft_reads_total", "path", "quorum")
+	return
 }
 
 // gauge is the value of a gauge or counter (summed over its labels), or a
@@ -674,6 +696,7 @@ func (r *scaleResult) print(w io.Writer) {
 		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f %7.0f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
 			n.HeapBytes/1e6, n.HeapBytes/float64(r.Objects), n.LiveBytes/1e6, n.LiveBytes/float64(r.Objects), n.SnapshotBytes/1e6, n.SnapshotSecs, n.SchedStalls)
 	}
+	fmt.Fprintf(w, "  reads, the pings among them: %.0f under the read lease, %.0f after waiting for a quorum round\n", r.LeaseReads, r.QuorumReads)
 	fmt.Fprintf(w, "  write p99 %.1f ms outside snapshots, %.1f ms during one (%d writes); writes paced by the export %.0f/s outside, %.0f/s during\n",
 		r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap, r.PacedSec, r.PacedSnapSec)
 	fmt.Fprintf(w, "  idle: Raft log %.0f B/s (%.1f entries/s), leader CPU %.2f cores, etcd %.1f txns/s %.0f B/s\n",
