@@ -101,6 +101,18 @@ func TestMooncakeDrain(t *testing.T) {
 	assert.Contains(t, err.Error(), "--mooncake-drain")
 }
 
+// TestFlightRecorderNeedsANode: --flight-recorder with --follow-etcd,
+// which has no stalls to report, is refused instead of ignored.
+func TestFlightRecorderNeedsANode(t *testing.T) {
+	_, err := parseArgs([]string{"--follow-etcd", "--etcd-endpoints", "http://127.0.0.1:2379", "--flight-recorder", t.TempDir()})
+	require.Error(t, err)
+	assert.Equal(t, errcode.InvalidParams, errcode.Of(err))
+	assert.Contains(t, err.Error(), "--flight-recorder")
+	o, err := parseArgs([]string{"--id", "n0", "--data-dir", t.TempDir(), "--flight-recorder", t.TempDir()})
+	require.NoError(t, err)
+	assert.NotEmpty(t, o.flightDir)
+}
+
 // TestExampleConfig: docs/moonraft.example.hcl uses only real keys with
 // valid values.
 func TestExampleConfig(t *testing.T) {

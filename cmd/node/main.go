@@ -184,6 +184,9 @@ func (o *options) finish(a finishArgs) error {
 	if o.mooncakeDrain < 0 {
 		return errcode.New(errcode.InvalidParams, "--mooncake-drain %v: want 0 (close at once) or a positive bound", o.mooncakeDrain)
 	}
+	if o.flightDir != "" && o.followEtcd {
+		return errcode.New(errcode.InvalidParams, "--flight-recorder traces a Raft node's stalls; --follow-etcd runs none")
+	}
 	if o.heapHeadroom < 0 || math.IsNaN(o.heapHeadroom) {
 		return errcode.New(errcode.InvalidParams, "--heap-headroom %g: want 0 (off) or a positive fraction of the live heap", o.heapHeadroom)
 	}
