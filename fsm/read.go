@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/google/btree"
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/lease"
 	"github.com/moonraft/moonraft/oplog"
@@ -242,33 +241,20 @@ func (f *FSM) Params() Params { return f.params }
 
 // eachExported calls fn for every object complete in the OpLog's view, in
 // key order: the complete ones, and a resizing upsert's old value, which
-// the OpLog still has, intact, until the upsert's PUT_END.
+// the OpLog still has, intact, until the upsert's PUT_END. Over the live
+// trees, like Digest: it writes nothing, so the read lock does.
 func (f *FSM) eachExported(fn func(key string, keySeq, size uint64, replicas []replica)) {
-	eachExported(f.objects, func(key string) ([]replica, bool) {
-		old, ok := f.replaced[key]
-		return old, ok
-	}, fn)
+	f.view(f.objects, f.tombstones).eachExported(fn)
 }
 
-// eachExported is FSM.eachExported over a snapshot's objects.
+// eachExported is FSM.eachExported as the snapshot captured it.
 func (s *Snapshot) eachExported(fn func(key string, keySeq, size uint64, replicas []replica)) {
-	eachExported(s.objects, func(key string) ([]replica, bool) {
-		i, ok := slices.BinarySearchFunc(s.replaced, key, func(r replacedRec, k string) int { return cmp.Compare(r.key, k) })
-		if !ok {
-			return nil, false
-		}
-		return s.replaced[i].replicas, true
-	}, fn)
-}
-
-// eachExported walks objects for FSM.eachExported; replaced gives a
-// resizing upsert's old value.
-func eachExported(objects *btree.BTreeG[objItem], replaced func(key string) ([]replica, bool), fn func(key string, keySeq, size uint64, replicas []replica)) {
-	objects.Ascend(func(it objItem) bool {
+	s.objects.Ascend(func(it objItem) bool {
 		o := it.obj
 		if o.complete() {
 			fn(it.key, o.keySeq, o.size, o.replicas)
-		} else if old, ok := replaced(it.key); ok {
+		} else if i, ok := slices.BinarySearchFunc(s.replaced, it.key, func(r replacedRec, k string) int { return cmp.Compare(r.key, k) }); ok {
+			old := s.replaced[i].replicas
 			var size uint64 // each replica holds all of it
 			for _, b := range old[0].buffers {
 				size += b.length
@@ -282,15 +268,13 @@ func eachExported(objects *btree.BTreeG[objItem], replaced func(key string) ([]r
 // ObjectSetDigest hashes the complete objects as an etcd follower knows
 // them — key, size and the key_sequence_id of their PUT_END — so a follower
 // can prove it holds the leader's object set (oplog.ObjectSetHasher).
-func (f *FSM) ObjectSetDigest() [32]byte { return objectSetDigest(f.eachExported) }
+func (f *FSM) ObjectSetDigest() [32]byte { return f.view(f.objects, f.tombstones).ObjectSetDigest() }
 
 // ObjectSetDigest is FSM.ObjectSetDigest as the snapshot captured it; like
 // Digest, it needs no lock.
-func (s *Snapshot) ObjectSetDigest() [32]byte { return objectSetDigest(s.eachExported) }
-
-func objectSetDigest(each func(func(key string, keySeq, size uint64, replicas []replica))) [32]byte {
+func (s *Snapshot) ObjectSetDigest() [32]byte {
 	h := oplog.NewObjectSetHasher()
-	each(func(key string, keySeq, size uint64, _ []replica) { h.Add(key, size, keySeq) })
+	s.eachExported(func(key string, keySeq, size uint64, _ []replica) { h.Add(key, size, keySeq) })
 	return h.Sum()
 }
 

@@ -268,3 +268,14 @@ func TestConfirmHonoursItsContext(t *testing.T) {
 	defer cancel()
 	assert.ErrorIs(t, l.confirm(ctx), context.DeadlineExceeded)
 }
+
+// TestLeaderLeaseDefault: a leader steps down only after a whole heartbeat
+// timeout without a quorum, as its followers would elect another, unless
+// the lease is set (finding 27: at half, a busy leader's own stalls cost it
+// the lead).
+func TestLeaderLeaseDefault(t *testing.T) {
+	cfg := DefaultConfig()
+	assert.Equal(t, cfg.HeartbeatTimeout, cfg.leaderLease())
+	cfg.LeaderLeaseTimeout = 100 * time.Millisecond
+	assert.Equal(t, 100*time.Millisecond, cfg.leaderLease())
+}

@@ -43,12 +43,12 @@ func (n *Node) watchStalls(ctx context.Context) {
 	defer t.Stop()
 	last := time.Now()
 	for {
-		var change *raft.Observation
+		var changed any // the Raft state a change left, if one woke the watcher
 		select {
 		case <-ctx.Done():
 			return
 		case o := <-changes:
-			change = &o
+			changed = o.Data
 		case <-t.C:
 		}
 		// Whatever woke the watcher, a wake this late follows a stall; it
@@ -58,9 +58,9 @@ func (n *Node) watchStalls(ctx context.Context) {
 				"waited", late.Round(time.Millisecond))
 			n.stalled(stallSched)
 		}
-		switch {
-		case change == nil:
-		case change.Data == raft.Follower:
+		switch changed {
+		case nil:
+		case raft.Follower:
 			n.log.Warn("lost the leadership without handing it over: no quorum answered within the leader lease, or a newer term's leader took over",
 				"leader_lease", n.cfg.leaderLease())
 			n.stalled(stallLease)
