@@ -92,6 +92,8 @@ func TestOutageRefusalNamesEtcd(t *testing.T) {
 		c.ExportSoftEntries = ringCap / 2
 	})
 	mountSegments(t, nd)
+	// c1 pings, or a slow run outlives its session and its segments.
+	defer keepPinging(nd, "c1")()
 	put(t, nd, "before")
 	waitExported(t, nd, direct, 10*time.Second)
 
