@@ -108,6 +108,8 @@ const electionHoldBack = 10
 // holdElections lengthens this node's Raft timeouts by electionHoldBack,
 // or restores them.
 func (n *Node) holdElections(hold bool) error {
+	n.timeoutsMu.Lock()
+	defer n.timeoutsMu.Unlock()
 	rc := n.raft.ReloadableConfig()
 	rc.HeartbeatTimeout, rc.ElectionTimeout = n.cfg.HeartbeatTimeout, n.cfg.ElectionTimeout
 	if hold {

@@ -40,7 +40,10 @@ type Node struct {
 	// traffic (fence.go).
 	logWrites *watchedLog
 	stream    *fencedStream
-	sm        *stateMachine
+	// timeoutsMu orders the reloads of Raft's timeouts (holdElections,
+	// lookForLeader).
+	timeoutsMu sync.Mutex
+	sm         *stateMachine
 
 	batcher    *lease.Batcher
 	leadership *leadership
@@ -248,6 +251,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	go func() {
 		defer n.wg.Done()
 		n.watchStalls(lctx)
+	}()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.standWhenSilent(lctx)
 	}()
 	n.wg.Add(1)
 	go func() {
