@@ -160,25 +160,47 @@ func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
 	return c.connLocked(ep)
 }
 
-// follow makes addr, named by a NOT_LEADER answer, the endpoint tried first.
-func (c *Client) follow(addr string) {
+// follow makes addr, named by a NOT_LEADER answer, the endpoint tried
+// first, and reports whether it did: not when addr's connection has failed.
+// For half a heartbeat timeout after a leader dies its followers still name
+// it; a call sent there would only fail and back off.
+func (c *Client) follow(addr string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.downLocked(addr) {
+		return false
+	}
 	if !slices.Contains(c.endpoints, addr) {
 		c.endpoints = append(c.endpoints, addr)
 	}
 	c.current = addr
+	return true
 }
 
-// skip moves on from ep to the next endpoint, unless another call has
-// already moved on.
+// skip moves on from ep to the next endpoint whose connection has not
+// failed, ep itself if every other one's has (to the next one if ep's has
+// too), unless another call has already moved on.
 func (c *Client) skip(ep string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.current == ep {
-		i := slices.Index(c.endpoints, ep)
-		c.current = c.endpoints[(i+1)%len(c.endpoints)]
+	if c.current != ep {
+		return
 	}
+	i := slices.Index(c.endpoints, ep)
+	c.current = c.endpoints[(i+1)%len(c.endpoints)]
+	for k := 1; k <= len(c.endpoints); k++ {
+		if next := c.endpoints[(i+k)%len(c.endpoints)]; !c.downLocked(next) {
+			c.current = next
+			return
+		}
+	}
+}
+
+// downLocked reports whether ep's connection has failed and gRPC waits to
+// connect again: a dead or unreachable node.
+func (c *Client) downLocked(ep string) bool {
+	cc, ok := c.conns[ep]
+	return ok && cc.GetState() == connectivity.TransientFailure
 }
 
 func (c *Client) pick() string {

@@ -16,12 +16,16 @@
 // # Retries
 //
 // The client tries the last known leader first. A NOT_LEADER answer moves
-// it to the leader it names (learning the address if new) and is retried at
-// once; UNAVAILABLE_IN_CURRENT_STATUS and connection failures (a failed TLS
-// handshake among them) move it to the next endpoint after a backoff (20 ms
-// doubling to Config.MaxBackoff, jittered), until the caller's
-// context is done, when the last error is returned. TOO_MANY_REQUESTS is
-// retried at the same endpoint after the same backoff.
+// it to the leader it names (learning the address if new) and is retried
+// there at once, the first time a call is sent to that leader (after a
+// backoff the next time) — unless the connection to it has failed: for half
+// a heartbeat timeout after a leader dies its followers still name it, so
+// the client moves on instead. UNAVAILABLE_IN_CURRENT_STATUS and connection
+// failures (a failed TLS handshake among them) move it to the next endpoint
+// whose connection has not failed after a backoff (20 ms doubling to
+// Config.MaxBackoff, jittered), until the caller's context is done, when the
+// last error is returned. TOO_MANY_REQUESTS is retried at the same endpoint
+// after the same backoff.
 //
 // A Keeper's ping is the exception: it tries each endpoint once, at once,
 // following a NOT_LEADER redirect, and a round without an answer waits for

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -47,7 +48,9 @@ type retryMode struct {
 func (c *Client) do(ctx context.Context, mode retryMode, attempt attemptFunc) error {
 	delay := firstBackoff
 	var last error
-	redirected := false
+	// The leaders this call was redirected to at once: each only once, so
+	// that nodes naming each other do not loop without a backoff.
+	var followed []string
 	for tried := 1; ; tried++ {
 		if err := ctx.Err(); err != nil {
 			return expired(ctx, last)
@@ -97,10 +100,9 @@ func (c *Client) do(ctx context.Context, mode retryMode, attempt attemptFunc) er
 				return nil
 			case errcode.NotLeader:
 				last = err
-				if addr := st.GetLeaderGrpcAddr(); addr != "" && addr != ep {
-					c.follow(addr)
-					if !redirected {
-						redirected = true
+				if addr := st.GetLeaderGrpcAddr(); addr != "" && addr != ep && c.follow(addr) {
+					if !slices.Contains(followed, addr) {
+						followed = append(followed, addr)
 						continue
 					}
 				} else {
