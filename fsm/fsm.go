@@ -161,6 +161,10 @@ type FSM struct {
 	keyBuild   *KeyIndexBuild
 	processing procIndex
 	tombQueue  fifo[tombstone] // in removal order: removedAtMs never decreases
+	// trackSessions: session changes are recorded in sessionChanges for
+	// TakeSessionChanges (sessionlog.go).
+	trackSessions  bool
+	sessionChanges []SessionChange
 }
 
 // New returns an empty state with the default parameters.

@@ -79,6 +79,7 @@ func (f *FSM) touchSession(clientID string) *session {
 	if !ok {
 		s = &session{clientID: clientID}
 		f.sessions[clientID] = s
+		f.sessionChanged(clientID, true)
 	}
 	d, _ := f.deadlines.Deadline(clientID)
 	f.deadlines.Set(clientID, lease.Extend(d, f.nowMs, f.params.ClientTTLMs))

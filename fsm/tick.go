@@ -70,6 +70,7 @@ func (f *FSM) expireSessions(max uint64) (removed uint64) {
 		f.deadlines.Pop()
 		s := f.sessions[id]
 		delete(f.sessions, id) // first, so dropSegments leaves s.segments alone
+		f.sessionChanged(id, false)
 		if len(s.segments) == 0 {
 			continue
 		}

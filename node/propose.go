@@ -318,7 +318,7 @@ func (n *Node) Ping(ctx context.Context, clientID string) (needRemount bool, err
 		return false, n.notLeader()
 	}
 	err = n.linearizable(ctx, func() error {
-		n.sm.read(func(f *fsm.FSM) { needRemount = !f.HasSession(clientID) })
+		needRemount = !n.sm.hasSession(clientID)
 		if !needRemount {
 			n.batcher.Ping(clientID, n.now())
 		}

@@ -41,6 +41,10 @@ type stateMachine struct {
 	// indexKeys: the leader's state keeps its key index (fsm.IndexKeys),
 	// across a Restore too.
 	indexKeys bool
+	// sessions holds the clients with a live session, as of the last
+	// applied entry, for pings to read without the lock (fsm/sessionlog.go);
+	// a Restore replaces it whole.
+	sessions atomic.Pointer[sync.Map]
 
 	appliedIndex atomic.Uint64
 	appliedSeq   atomic.Uint64 // the state's AppliedSeq, read without the lock
@@ -49,7 +53,28 @@ type stateMachine struct {
 }
 
 func newStateMachine(clusterID, nodeID string, now func() int64) *stateMachine {
-	return &stateMachine{f: fsm.New(), clusterID: clusterID, nodeID: nodeID, now: now}
+	s := &stateMachine{f: fsm.New(), clusterID: clusterID, nodeID: nodeID, now: now}
+	s.f.TrackSessions(true)
+	s.sessions.Store(new(sync.Map))
+	return s
+}
+
+// hasSession reports whether clientID has a live session, without the lock.
+func (s *stateMachine) hasSession(clientID string) bool {
+	_, ok := s.sessions.Load().Load(clientID)
+	return ok
+}
+
+// trackSessions brings the session set up to date with the state.
+func (s *stateMachine) trackSessions() {
+	set := s.sessions.Load()
+	for _, c := range s.f.TakeSessionChanges() {
+		if c.Live {
+			set.Store(c.ClientID, struct{}{})
+		} else {
+			set.Delete(c.ClientID)
+		}
+	}
 }
 
 // Apply applies one committed entry; the fsm.Result is the future's response.
@@ -79,6 +104,7 @@ func (s *stateMachine) Apply(l *raft.Log) any {
 		}
 		if c != nil {
 			r = s.f.ApplyCommand(c)
+			s.trackSessions()
 		}
 		if r.Evicted > 0 {
 			s.evicted.Add(r.Evicted)
@@ -132,10 +158,16 @@ func (s *stateMachine) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
+	next.TrackSessions(true)
+	set := new(sync.Map)
+	for _, id := range next.SessionIDs() {
+		set.Store(id, struct{}{})
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next.IndexKeys(s.indexKeys)
 	s.f = next
+	s.sessions.Store(set)
 	s.appliedIndex.Store(h.RaftIndex)
 	s.appliedTerm.Store(h.RaftTerm)
 	s.appliedSeq.Store(next.AppliedSeq())

@@ -1,0 +1,78 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/snapshots"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPingsReadSessionsWithoutTheLock: a ping is answered while an apply
+// holds the state's lock, and says whether the client has a session.
+func TestPingsReadSessionsWithoutTheLock(t *testing.T) {
+	c := newCluster(t, 1, time.Hour)
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	// A fresh read lease, so neither ping waits for a quorum round (which
+	// needs an apply).
+	require.NoError(t, nd.confirmLeader(ctx(t)))
+
+	type answer struct {
+		remount bool
+		err     error
+	}
+	answers := make(chan answer, 2)
+	nd.sm.mu.Lock()
+	go func() {
+		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, id := range []string{"c1", "c9"} {
+			remount, err := nd.Ping(pctx, id)
+			answers <- answer{remount, err}
+		}
+	}()
+	var got []answer
+	for range 2 {
+		select {
+		case a := <-answers:
+			got = append(got, a)
+		case <-time.After(2 * time.Second):
+		}
+	}
+	nd.sm.mu.Unlock()
+	require.Len(t, got, 2, "the pings waited for the state's lock")
+	assert.Equal(t, answer{false, nil}, got[0], "c1 has a session")
+	assert.Equal(t, answer{true, nil}, got[1], "c9 has none: remount")
+}
+
+// TestRestoreReplacesTheSessionSet: after a Restore the set pings read is
+// the snapshot's sessions, and applies go on changing it.
+func TestRestoreReplacesTheSessionSet(t *testing.T) {
+	now := time.Now().UnixMilli()
+	mount := func(sm *stateMachine, index uint64, client string) {
+		r := sm.Apply(&raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: fsm.Encode(&fsm.MountSegment{NowMs: now, ClientID: client,
+			Segment: fsm.SegmentSpec{ID: "s-" + client, Name: "n-" + client, Base: index << 32, Size: 1 << 20}})})
+		require.NoError(t, r.(fsm.Result).Err)
+	}
+	src := newStateMachine("cluster", "n0", func() int64 { return now })
+	mount(src, 1, "c1")
+	mount(src, 2, "c2")
+	var buf bytes.Buffer
+	require.NoError(t, src.f.Snapshot().Write(&buf, snapshots.Header{AppliedSeq: src.f.AppliedSeq(), RaftIndex: 2, RaftTerm: 1, ClusterID: "cluster", NodeID: "n0"}))
+
+	dst := newStateMachine("cluster", "n1", func() int64 { return now })
+	mount(dst, 1, "c9")
+	require.NoError(t, dst.Restore(io.NopCloser(&buf)))
+	assert.True(t, dst.hasSession("c1"))
+	assert.True(t, dst.hasSession("c2"))
+	assert.False(t, dst.hasSession("c9"), "gone with the state it had")
+	mount(dst, 3, "c3")
+	assert.True(t, dst.hasSession("c3"), "applies after the restore are tracked")
+}
