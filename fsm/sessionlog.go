@@ -13,10 +13,14 @@ type SessionChange struct {
 }
 
 // TrackSessions makes the state record its session changes for
-// TakeSessionChanges (on), or stop and forget them.
+// TakeSessionChanges, starting with every session it has as begun (on),
+// or stop and forget them.
 func (f *FSM) TrackSessions(on bool) {
 	f.trackSessions = on
 	f.sessionChanges = nil
+	for id := range f.sessions {
+		f.sessionChanged(id, true)
+	}
 }
 
 // TakeSessionChanges returns the session changes since the last call, in
@@ -25,15 +29,6 @@ func (f *FSM) TakeSessionChanges() []SessionChange {
 	c := f.sessionChanges
 	f.sessionChanges = nil
 	return c
-}
-
-// SessionIDs returns the clients with a live session, in no order.
-func (f *FSM) SessionIDs() []string {
-	ids := make([]string, 0, len(f.sessions))
-	for id := range f.sessions {
-		ids = append(ids, id)
-	}
-	return ids
 }
 
 func (f *FSM) sessionChanged(clientID string, live bool) {

@@ -67,8 +67,14 @@ func (s *stateMachine) hasSession(clientID string) bool {
 
 // trackSessions brings the session set up to date with the state.
 func (s *stateMachine) trackSessions() {
-	set := s.sessions.Load()
-	for _, c := range s.f.TakeSessionChanges() {
+	if changes := s.f.TakeSessionChanges(); len(changes) > 0 {
+		record(s.sessions.Load(), changes)
+	}
+}
+
+// record applies session changes to a session set.
+func record(set *sync.Map, changes []fsm.SessionChange) {
+	for _, c := range changes {
 		if c.Live {
 			set.Store(c.ClientID, struct{}{})
 		} else {
@@ -160,9 +166,7 @@ func (s *stateMachine) Restore(rc io.ReadCloser) error {
 	}
 	next.TrackSessions(true)
 	set := new(sync.Map)
-	for _, id := range next.SessionIDs() {
-		set.Store(id, struct{}{})
-	}
+	record(set, next.TakeSessionChanges())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next.IndexKeys(s.indexKeys)
