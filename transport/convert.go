@@ -30,6 +30,16 @@ func statusOf(err error) *moonraftpb.Status {
 	return st
 }
 
+// itemStatus is the Status of a batch item's err, where ok is its batch's
+// top-level OK Status: the OK items of one answer share it instead of each
+// allocating its own.
+func itemStatus(err error, ok *moonraftpb.Status) *moonraftpb.Status {
+	if err == nil {
+		return ok
+	}
+	return statusOf(err)
+}
+
 // writeStatusOf is statusOf for an error of Propose: a write whose wait was
 // cut short by a context may already be in the log, so its outcome is
 // unknown rather than retryable.

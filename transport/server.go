@@ -95,26 +95,34 @@ func (s *server) getReplicaList(ctx context.Context, key string) *moonraftpb.Get
 
 func (s *server) BatchExistKey(ctx context.Context, req *moonraftpb.BatchExistKeyRequest) (*moonraftpb.BatchExistKeyResponse, error) {
 	rs, st := s.batchRead(ctx, req.GetKeys(), s.b.BatchExistKey)
-	resp := &moonraftpb.BatchExistKeyResponse{Status: st}
-	for _, r := range rs {
-		er := &moonraftpb.ExistKeyResponse{Status: statusOf(r.Err), Exists: r.Found}
+	resp := &moonraftpb.BatchExistKeyResponse{Status: st, Results: make([]*moonraftpb.ExistKeyResponse, len(rs))}
+	answers := make([]moonraftpb.ExistKeyResponse, len(rs))
+	for i, r := range rs {
+		er := &answers[i]
+		er.Status, er.Exists = itemStatus(r.Err, st), r.Found
 		if r.Found {
 			er.LeaseUntilMs = r.Grant.UntilMs
 		}
-		resp.Results = append(resp.Results, er)
+		resp.Results[i] = er
 	}
 	return resp, nil
 }
 
 func (s *server) BatchGetReplicaList(ctx context.Context, req *moonraftpb.BatchGetReplicaListRequest) (*moonraftpb.BatchGetReplicaListResponse, error) {
 	rs, st := s.batchRead(ctx, req.GetKeys(), s.b.BatchGetReplicaList)
-	resp := &moonraftpb.BatchGetReplicaListResponse{Status: st}
+	resp := &moonraftpb.BatchGetReplicaListResponse{Status: st, Results: make([]*moonraftpb.GetReplicaListResponse, len(rs))}
+	answers := make([]moonraftpb.GetReplicaListResponse, len(rs))
+	var descs moonraftpb.Descriptors
 	for _, r := range rs {
-		gr := &moonraftpb.GetReplicaListResponse{Status: statusOf(r.Err)}
+		descs.Reserve(r.Replicas)
+	}
+	for i, r := range rs {
+		gr := &answers[i]
+		gr.Status = itemStatus(r.Err, st)
 		if r.Found {
-			gr.Replicas, gr.LeaseUntilMs = moonraftpb.ReplicasToPB(r.Replicas), r.Grant.UntilMs
+			gr.Replicas, gr.LeaseUntilMs = descs.ToPB(r.Replicas), r.Grant.UntilMs
 		}
-		resp.Results = append(resp.Results, gr)
+		resp.Results[i] = gr
 	}
 	return resp, nil
 }
@@ -233,9 +241,16 @@ func (s *server) batchPutStart(ctx context.Context, req *moonraftpb.BatchPutStar
 		cmds[i] = as(s.putStartCmd(it))
 	}
 	top, rs := s.proposeBatch(ctx, cmds)
-	resp := &moonraftpb.BatchPutStartResponse{Status: top}
+	resp := &moonraftpb.BatchPutStartResponse{Status: top, Results: make([]*moonraftpb.PutStartResponse, len(rs))}
+	answers := make([]moonraftpb.PutStartResponse, len(rs))
+	var descs moonraftpb.Descriptors
 	for _, r := range rs {
-		resp.Results = append(resp.Results, &moonraftpb.PutStartResponse{Status: statusOf(r.Err), Replicas: moonraftpb.ReplicasToPB(r.Replicas)})
+		descs.Reserve(r.Replicas)
+	}
+	for i, r := range rs {
+		pr := &answers[i]
+		pr.Status, pr.Replicas = itemStatus(r.Err, top), descs.ToPB(r.Replicas)
+		resp.Results[i] = pr
 	}
 	return resp
 }
@@ -272,7 +287,7 @@ func (s *server) keysBatch(ctx context.Context, keys []string, cmd func(string) 
 	top, rs := s.proposeBatch(ctx, cmds)
 	sts := make([]*moonraftpb.Status, len(rs))
 	for i, r := range rs {
-		sts[i] = statusOf(r.Err)
+		sts[i] = itemStatus(r.Err, top)
 	}
 	return top, sts
 }

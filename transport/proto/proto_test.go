@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/moonraft/moonraft/oplog"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 )
 
@@ -96,4 +97,47 @@ func TestRoundTrip(t *testing.T) {
 		assert.Equal(t, "NOT_LEADER", out.GetStatus().GetName())
 		assert.Equal(t, uint64(1235), out.GetNode().GetCommitIndex())
 	})
+}
+
+// TestDescriptors: an answer's replica lists carved from shared room come
+// out as ReplicasToPB's would, each list its own (an append to one cannot
+// reach the next), whether or not it was reserved.
+func TestDescriptors(t *testing.T) {
+	buf := func(seg string, addr uint64) oplog.BufferDesc {
+		return oplog.BufferDesc{SegmentID: seg, SegmentName: "name-" + seg, Address: addr, Size: 4096}
+	}
+	lists := [][]oplog.ReplicaDesc{
+		{{Status: "COMPLETE", Buffers: []oplog.BufferDesc{buf("s1", 1)}}},
+		{},
+		{
+			{Status: "COMPLETE", Buffers: []oplog.BufferDesc{buf("s1", 2), buf("s2", 3), buf("s3", 4)}},
+			{Status: "COMPLETE", Buffers: []oplog.BufferDesc{}},
+		},
+		{{Status: "COMPLETE", Buffers: []oplog.BufferDesc{buf("s2", 5)}}},
+	}
+	for _, tc := range []struct {
+		name     string
+		reserved int // how many of the lists are reserved first
+	}{
+		{"all reserved", len(lists)},
+		{"none reserved", 0},
+		{"some reserved", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var d moonraftpb.Descriptors
+			for _, l := range lists[:tc.reserved] {
+				d.Reserve(l)
+			}
+			out := make([][]*moonraftpb.ReplicaDescriptor, len(lists))
+			for i, l := range lists {
+				out[i] = d.ToPB(l)
+			}
+			_ = append(out[0], &moonraftpb.ReplicaDescriptor{Status: "appended"})
+			_ = append(out[2][0].Buffers, &moonraftpb.BufferDescriptor{SegmentId: "appended"})
+			for i, l := range lists {
+				assert.Equal(t, l, moonraftpb.ReplicasFromPB(out[i]), "list %d", i)
+				assert.Equal(t, moonraftpb.ReplicasFromPB(moonraftpb.ReplicasToPB(l)), moonraftpb.ReplicasFromPB(out[i]), "list %d", i)
+			}
+		})
+	}
 }

@@ -61,14 +61,69 @@ func ErrorOf(st *Status) error {
 
 // ReplicasToPB is rs on the wire.
 func ReplicasToPB(rs []oplog.ReplicaDesc) []*ReplicaDescriptor {
-	out := make([]*ReplicaDescriptor, len(rs))
-	for i, r := range rs {
-		bufs := make([]*BufferDescriptor, len(r.Buffers))
-		for j, b := range r.Buffers {
-			bufs[j] = &BufferDescriptor{SegmentId: b.SegmentID, SegmentName: b.SegmentName, BufferAddress: b.Address, Size: b.Size}
-		}
-		out[i] = &ReplicaDescriptor{Status: r.Status, Buffers: bufs}
+	var d Descriptors
+	d.Reserve(rs)
+	return d.ToPB(rs)
+}
+
+// Descriptors builds the replica lists of one answer from four allocations
+// however many lists, replicas and buffers it holds, instead of four for
+// each replica: a batch read's answer is garbage once gRPC has sent it,
+// and what it allocates the leader's collector must catch up with, at
+// hundreds of thousands of keys a second (docs/BENCHMARKS.md, the sweep's
+// batch gets). Reserve every list, then convert each with ToPB.
+type Descriptors struct {
+	replicas, buffers int // reserved and not yet converted
+	reps              []ReplicaDescriptor
+	repPtrs           []*ReplicaDescriptor
+	bufs              []BufferDescriptor
+	bufPtrs           []*BufferDescriptor
+}
+
+// Reserve makes room for rs in the allocations ToPB makes.
+func (d *Descriptors) Reserve(rs []oplog.ReplicaDesc) {
+	d.replicas += len(rs)
+	for _, r := range rs {
+		d.buffers += len(r.Buffers)
 	}
+}
+
+// ToPB is rs on the wire, carved from the room reserved (or, for a list
+// not reserved, from new room).
+func (d *Descriptors) ToPB(rs []oplog.ReplicaDesc) []*ReplicaDescriptor {
+	buffers := 0
+	for _, r := range rs {
+		buffers += len(r.Buffers)
+	}
+	if len(d.reps) < len(rs) {
+		n := max(d.replicas, len(rs))
+		d.reps, d.repPtrs = make([]ReplicaDescriptor, n), make([]*ReplicaDescriptor, n)
+	}
+	if len(d.bufs) < buffers {
+		n := max(d.buffers, buffers)
+		d.bufs, d.bufPtrs = make([]BufferDescriptor, n), make([]*BufferDescriptor, n)
+	}
+	d.replicas, d.buffers = max(d.replicas-len(rs), 0), max(d.buffers-buffers, 0)
+	out, reps := take(&d.repPtrs, len(rs)), take(&d.reps, len(rs))
+	for i, r := range rs {
+		ptrs, bufs := take(&d.bufPtrs, len(r.Buffers)), take(&d.bufs, len(r.Buffers))
+		for j, b := range r.Buffers {
+			bd := &bufs[j]
+			bd.SegmentId, bd.SegmentName, bd.BufferAddress, bd.Size = b.SegmentID, b.SegmentName, b.Address, b.Size
+			ptrs[j] = bd
+		}
+		rep := &reps[i]
+		rep.Status, rep.Buffers = r.Status, ptrs
+		out[i] = rep
+	}
+	return out
+}
+
+// take cuts the first n of *s off, capped so that an append to them
+// cannot reach the rest.
+func take[T any](s *[]T, n int) []T {
+	out := (*s)[:n:n]
+	*s = (*s)[n:]
 	return out
 }
 
