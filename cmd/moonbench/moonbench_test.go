@@ -342,3 +342,28 @@ func TestScaleReport(t *testing.T) {
 	assert.Regexp(t, `save s +stalls\n.*n0 +leader .* 3\n`, out.String())
 	assert.Contains(t, out.String(), "reads, the pings among them: 4000000 under the read lease, 1234 after waiting for a quorum round")
 }
+
+// TestFollowerAtKill: a follower's samples around a kill tell how far its
+// commit index moved after the kill, when it last moved and when its
+// applied index last moved; the new leader's term does not count.
+func TestFollowerAtKill(t *testing.T) {
+	kill := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return kill.Add(time.Duration(ms) * time.Millisecond) }
+	for _, tc := range []struct {
+		name    string
+		samples []logSample
+		want    followerTrace
+	}{
+		{"caught up at the kill", []logSample{
+			{at(-20), 5, 100, 100}, {at(20), 5, 100, 100}, {at(400), 6, 101, 101},
+		}, followerTrace{ID: "n1"}},
+		{"still handling the leader's entries after it", []logSample{
+			{at(-40), 5, 90, 60}, {at(-20), 5, 100, 70}, {at(20), 5, 160, 80},
+			{at(300), 5, 190, 150}, {at(320), 5, 190, 190}, {at(700), 6, 195, 195},
+		}, followerTrace{ID: "n1", UnappliedAtKill: 30, CommittedAfter: 90, LastCommitMs: 300, AppliedMs: 320}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, followerAtKill("n1", kill, tc.samples))
+		})
+	}
+}

@@ -77,26 +77,27 @@ type scaleResult struct {
 	// fill to the snapshots (the clients' pings among them) under the read
 	// lease and after waiting for a quorum round: the second are reads
 	// that found the lease lapsed.
-	LeaseReads         float64     `json:"lease_reads"`
-	QuorumReads        float64     `json:"quorum_reads"`
-	Nodes              []scaleNode `json:"nodes"`
-	IdleLogBytesSec    float64     `json:"idle_raft_log_bytes_per_sec"`
-	IdleLogEntrySec    float64     `json:"idle_raft_log_entries_per_sec"`
-	IdleLeaderCPU      float64     `json:"idle_leader_cpu_cores"`
-	IdleEtcdTxnsSec    float64     `json:"idle_etcd_txns_per_sec"`
-	IdleEtcdBytesSec   float64     `json:"idle_etcd_bytes_per_sec"`
-	WriteP99Ms         float64     `json:"write_p99_ms"`          // outside every node's snapshot
-	WriteP99SnapMs     float64     `json:"write_p99_snapshot_ms"` // overlapping one
-	WritesInSnap       int         `json:"writes_during_snapshots"`
-	PacedSec           float64     `json:"writes_paced_per_sec"`          // by the export's flow control, outside snapshots
-	PacedSnapSec       float64     `json:"writes_paced_per_sec_snapshot"` // during one
-	FailoverMs         float64     `json:"failover_ms"`                   // leader SIGKILL to the next answered write
-	FailoverPromotedMs float64     `json:"failover_promoted_ms"`          // to a promoted leader's status
-	SessionsLost       int         `json:"sessions_lost_in_failover"`
-	Remounts           int         `json:"remounts"` // by every client, over this size's phases
-	RestartSecs        float64     `json:"restart_secs"`
-	JoinSecs           float64     `json:"join_secs"`
-	JoinBySnapshot     bool        `json:"join_by_snapshot"` // the leader sent the joining node a snapshot
+	LeaseReads         float64         `json:"lease_reads"`
+	QuorumReads        float64         `json:"quorum_reads"`
+	Nodes              []scaleNode     `json:"nodes"`
+	IdleLogBytesSec    float64         `json:"idle_raft_log_bytes_per_sec"`
+	IdleLogEntrySec    float64         `json:"idle_raft_log_entries_per_sec"`
+	IdleLeaderCPU      float64         `json:"idle_leader_cpu_cores"`
+	IdleEtcdTxnsSec    float64         `json:"idle_etcd_txns_per_sec"`
+	IdleEtcdBytesSec   float64         `json:"idle_etcd_bytes_per_sec"`
+	WriteP99Ms         float64         `json:"write_p99_ms"`          // outside every node's snapshot
+	WriteP99SnapMs     float64         `json:"write_p99_snapshot_ms"` // overlapping one
+	WritesInSnap       int             `json:"writes_during_snapshots"`
+	PacedSec           float64         `json:"writes_paced_per_sec"`          // by the export's flow control, outside snapshots
+	PacedSnapSec       float64         `json:"writes_paced_per_sec_snapshot"` // during one
+	FailoverMs         float64         `json:"failover_ms"`                   // leader SIGKILL to the next answered write
+	FailoverPromotedMs float64         `json:"failover_promoted_ms"`          // to a promoted leader's status
+	FollowersAtKill    []followerTrace `json:"followers_at_kill"`
+	SessionsLost       int             `json:"sessions_lost_in_failover"`
+	Remounts           int             `json:"remounts"` // by every client, over this size's phases
+	RestartSecs        float64         `json:"restart_secs"`
+	JoinSecs           float64         `json:"join_secs"`
+	JoinBySnapshot     bool            `json:"join_by_snapshot"` // the leader sent the joining node a snapshot
 }
 
 // scaleSample is the nodes' memory at a point of the fill.
@@ -703,6 +704,10 @@ func (r *scaleResult) print(w io.Writer) {
 		r.IdleLogBytesSec, r.IdleLogEntrySec, r.IdleLeaderCPU, r.IdleEtcdTxnsSec, r.IdleEtcdBytesSec)
 	fmt.Fprintf(w, "  failover %.0f ms to the next answered write (%.0f ms to a promoted leader), %d sessions lost, %d remounts; restart caught up in %.1f s, a fresh node joined in %.1f s (%s)\n",
 		r.FailoverMs, r.FailoverPromotedMs, r.SessionsLost, r.Remounts, r.RestartSecs, r.JoinSecs, map[bool]string{true: "sent a snapshot", false: "sent the log"}[r.JoinBySnapshot])
+	for _, f := range r.FollowersAtKill {
+		fmt.Fprintf(w, "  after the kill %s's commit index moved %.0f entries, the last move seen at %.0f ms; its applied index last moved at %.0f ms (%.0f committed entries unapplied at the kill)\n",
+			f.ID, f.CommittedAfter, f.LastCommitMs, f.AppliedMs, f.UnappliedAtKill)
+	}
 }
 
 // plot draws each node's RSS and Go heap against the objects held.

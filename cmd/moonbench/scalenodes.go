@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ func (s *scaleRun) failover(ctx context.Context, n uint64, r *scaleResult) error
 	if err != nil {
 		return err
 	}
+	traced := s.traceFollowers(ctx, l)
 	time.Sleep(2 * time.Second)
 	progressf("failover: killing the leader %s", l.ID)
 	kill := time.Now()
@@ -34,10 +36,15 @@ func (s *scaleRun) failover(ctx context.Context, n uint64, r *scaleResult) error
 	defer profiled()
 	nl, err := s.lc.leader(ctx)
 	if err != nil {
+		traced()
 		pr.finish()
 		return err
 	}
 	r.FailoverPromotedMs = float64(time.Since(kill).Microseconds()) / 1000
+	for id, samples := range traced() {
+		r.FollowersAtKill = append(r.FollowersAtKill, followerAtKill(id, kill, samples))
+	}
+	slices.SortFunc(r.FollowersAtKill, func(a, b followerTrace) int { return strings.Compare(a.ID, b.ID) })
 	for deadline := time.Now().Add(30 * time.Second); r.FailoverMs == 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			pr.finish()
@@ -64,6 +71,101 @@ func (s *scaleRun) failover(ctx context.Context, n uint64, r *scaleResult) error
 	}
 	r.SessionsLost = len(s.clients) - int(st.Sessions)
 	return nil
+}
+
+// followerTrace is what a follower did with the dead leader's entries
+// after the kill: a follower times its leader's silence from the last
+// AppendEntries it finished handling (hashicorp/raft sets its last contact
+// then), so entries it was still handling after the kill start its clock
+// late (docs/BENCHMARKS.md, "The failover at 6M"). It learns what the
+// leader committed from each AppendEntries it handles.
+type followerTrace struct {
+	ID string `json:"id"`
+	// UnappliedAtKill is its commit index less its applied index at the
+	// last sample before the kill.
+	UnappliedAtKill float64 `json:"unapplied_at_kill"`
+	// CommittedAfter is how far its commit index moved after the kill in
+	// the dead leader's term, the last move seen LastCommitMs after it;
+	// AppliedMs is when its applied index last moved in that term (0: it
+	// did not move after the kill).
+	CommittedAfter float64 `json:"committed_after_kill"`
+	LastCommitMs   float64 `json:"last_commit_ms"`
+	AppliedMs      float64 `json:"applied_ms"`
+}
+
+// logSample is a follower's Raft term, commit index and applied index
+// when read.
+type logSample struct {
+	at                    time.Time
+	term, commit, applied uint64
+}
+
+// traceFollowers reads every node but the leader's progress (gRPC Status
+// without digests: its /metrics, 3 MB with 10,000 clients' segments, would
+// load it) every traceEvery until the returned func is called, which
+// returns the samples by node.
+func (s *scaleRun) traceFollowers(ctx context.Context, leader *localcluster.Node) (stop func() map[string][]logSample) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	out := map[string][]logSample{}
+	for _, p := range s.lc.procs {
+		if p == leader {
+			continue
+		}
+		wg.Go(func() {
+			for {
+				st, err := s.lc.cl.Progress(ctx, p.GRPCAddr)
+				if err == nil {
+					mu.Lock()
+					out[p.ID] = append(out[p.ID], logSample{time.Now(), st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex()})
+					mu.Unlock()
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(traceEvery):
+				}
+			}
+		})
+	}
+	return func() map[string][]logSample {
+		cancel()
+		wg.Wait()
+		return out
+	}
+}
+
+// traceEvery is how often traceFollowers reads a follower's progress.
+const traceEvery = 20 * time.Millisecond
+
+// followerAtKill sums up a follower's samples of the dead leader's term, so
+// that the new leader's entries do not count.
+func followerAtKill(id string, kill time.Time, samples []logSample) followerTrace {
+	ms := func(t time.Time) float64 { return float64(t.Sub(kill).Microseconds()) / 1000 }
+	f := followerTrace{ID: id}
+	var atKill logSample
+	for _, x := range samples {
+		if !x.at.After(kill) {
+			atKill = x
+		}
+	}
+	f.UnappliedAtKill = float64(atKill.commit) - float64(atKill.applied)
+	prev := atKill
+	for _, x := range samples {
+		if !x.at.After(kill) || x.term != atKill.term {
+			continue
+		}
+		if x.commit > prev.commit {
+			f.CommittedAfter += float64(x.commit - prev.commit)
+			f.LastCommitMs = ms(x.at)
+		}
+		if x.applied > prev.applied {
+			f.AppliedMs = ms(x.at)
+		}
+		prev = x
+	}
+	return f
 }
 
 // profileSurvivors saves, with --profile, a CPU profile of each node but
