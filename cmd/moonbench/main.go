@@ -46,6 +46,7 @@ type config struct {
 	watchFor     time.Duration
 	scale        []int // object counts to fill to, in turn
 	scaleClients int
+	scaleKills   int
 	scalePings   string // the clients' protocol: scalePingsMooncake or scalePingsGRPC
 }
 
@@ -102,6 +103,7 @@ func parse(args []string) (config, error) {
 	fs.DurationVar(&c.watchFor, "watch", 0, "with --endpoints: sample the leader's OpLog export every second for this long, beside a load run elsewhere (the backlog, etcd's rate, paced writes; --json and --plot save them)")
 	scale := fs.String("scale", "", "with --local: fill the cluster to each of these object counts in turn (comma-separated, ascending) and measure memory, snapshots, idle clients, a failover, a restart and a join at each")
 	fs.IntVar(&c.scaleClients, "scale-clients", 1000, "with --scale: clients mounted (one segment each) and pinging every second")
+	fs.IntVar(&c.scaleKills, "scale-kills", 1, "with --scale: SIGKILL the leader this many times at each size, each once the last old leader has caught up")
 	fs.StringVar(&c.scalePings, "scale-pings", scalePingsMooncake, "with --scale: the clients' protocol, for their pings and the writers' puts and removes: mooncake (Mooncake's, each client and writer on its own connection, finding the leader in etcd as Mooncake's HA clients do) or grpc (moonraft's Go client, the pings on one connection, the writes on another)")
 	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of every node for every measured step into this directory (with --scale: a heap profile of every node at every size, back-to-back 5 s CPU profiles of every node while they snapshot, and a CPU profile of the survivors of each failover)")
 	nodeFlags := fs.String("node-flags", "", "with --local: more flags for every node, space-separated (\"--heap-headroom 1\", say)")
@@ -165,6 +167,8 @@ func parse(args []string) (config, error) {
 		return c, fmt.Errorf("--raft-log-store needs --local (it is the nodes' flag)")
 	case len(c.scale) > 0 && !c.local:
 		return c, fmt.Errorf("--scale needs --local (it starts, kills and adds nodes)")
+	case len(c.scale) > 0 && c.scaleKills < 1:
+		return c, fmt.Errorf("--scale-kills must be at least 1")
 	case len(c.scale) > 0 && c.scaleClients < scaleWriters:
 		return c, fmt.Errorf("--scale-clients must be at least %d", scaleWriters)
 	case c.scalePings != scalePingsMooncake && c.scalePings != scalePingsGRPC:

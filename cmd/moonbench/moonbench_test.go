@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +13,10 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/internal/localcluster"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestMain lets the test binary play the baseline's processes and etcd,
@@ -61,6 +64,7 @@ func TestParse(t *testing.T) {
 		{[]string{"--local", "--scale", "0"}, `"0" is not a positive count`},
 		{[]string{"--endpoints", "a:1", "--scale", "1000"}, "--scale needs --local"},
 		{[]string{"--local", "--scale", "1000", "--scale-clients", "2"}, "--scale-clients must be at least 8"},
+		{[]string{"--local", "--scale", "1000", "--scale-kills", "0"}, "--scale-kills must be at least 1"},
 		{[]string{"--local", "--node-flags", "--heap-headroom 1"}, ""},
 		{[]string{"--endpoints", "a:1", "--node-flags", "--heap-headroom 1"}, "--node-flags needs --local"},
 	}
@@ -341,6 +345,12 @@ func TestScaleReport(t *testing.T) {
 	assert.Contains(t, out.String(), "n0   leader")
 	assert.Regexp(t, `save s +stalls\n.*n0 +leader .* 3\n`, out.String())
 	assert.Contains(t, out.String(), "reads, the pings among them: 4000000 under the read lease, 1234 after waiting for a quorum round")
+
+	r.FailoverMs, r.FailoverMaxMs, r.Kills = 500, 1070, []killResult{{FailoverMs: 1070, Followers: []followerTrace{{ID: "n0", LogAppends: 12, SlowestAppendMs: 512}}}, {FailoverMs: 500}}
+	out.Reset()
+	r.print(&out)
+	assert.Contains(t, out.String(), "failover 500 ms to the next answered write (0 ms to a promoted leader), the median of 2 kills, the slowest 1070 ms")
+	assert.Regexp(t, `kill 1: the next write answered at 1070 ms.*\n    n0's .* 12 log writes, the slowest within 512 ms`, out.String())
 }
 
 // TestFollowerAtKill: a follower's samples around a kill tell how far its
@@ -364,6 +374,37 @@ func TestFollowerAtKill(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, followerAtKill("n1", kill, tc.samples))
+		})
+	}
+}
+
+// TestAddHealth: the log writes and stalls between two readings of a
+// follower's metrics, and the bucket the slowest write fell in.
+func TestAddHealth(t *testing.T) {
+	hist := func(counts ...uint64) *dto.Histogram {
+		h := &dto.Histogram{SampleCount: proto.Uint64(counts[len(counts)-1])}
+		for i, c := range counts[:len(counts)-1] {
+			h.Bucket = append(h.Bucket, &dto.Bucket{UpperBound: proto.Float64(0.016 * float64(int(1)<<i)), CumulativeCount: proto.Uint64(c)})
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name          string
+		before, after health
+		want          followerTrace
+	}{
+		{"all fast", health{hist(10, 10, 10, 10), 2}, health{hist(15, 15, 15, 15), 2},
+			followerTrace{LogAppends: 5, SlowestAppendMs: 16}},
+		{"one slow", health{hist(10, 10, 10, 10), 2}, health{hist(14, 14, 15, 15), 3},
+			followerTrace{LogAppends: 5, SlowestAppendMs: 64, Stalls: 1}},
+		{"past every bucket", health{hist(10, 10, 10, 10), 0}, health{hist(14, 14, 14, 15), 0},
+			followerTrace{LogAppends: 5, SlowestAppendMs: math.Inf(1)}},
+		{"not read", health{}, health{hist(1, 1), 0}, followerTrace{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var f followerTrace
+			f.addHealth(tc.before, tc.after)
+			assert.Equal(t, tc.want, f)
 		})
 	}
 }

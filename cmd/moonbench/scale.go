@@ -77,27 +77,28 @@ type scaleResult struct {
 	// fill to the snapshots (the clients' pings among them) under the read
 	// lease and after waiting for a quorum round: the second are reads
 	// that found the lease lapsed.
-	LeaseReads         float64         `json:"lease_reads"`
-	QuorumReads        float64         `json:"quorum_reads"`
-	Nodes              []scaleNode     `json:"nodes"`
-	IdleLogBytesSec    float64         `json:"idle_raft_log_bytes_per_sec"`
-	IdleLogEntrySec    float64         `json:"idle_raft_log_entries_per_sec"`
-	IdleLeaderCPU      float64         `json:"idle_leader_cpu_cores"`
-	IdleEtcdTxnsSec    float64         `json:"idle_etcd_txns_per_sec"`
-	IdleEtcdBytesSec   float64         `json:"idle_etcd_bytes_per_sec"`
-	WriteP99Ms         float64         `json:"write_p99_ms"`          // outside every node's snapshot
-	WriteP99SnapMs     float64         `json:"write_p99_snapshot_ms"` // overlapping one
-	WritesInSnap       int             `json:"writes_during_snapshots"`
-	PacedSec           float64         `json:"writes_paced_per_sec"`          // by the export's flow control, outside snapshots
-	PacedSnapSec       float64         `json:"writes_paced_per_sec_snapshot"` // during one
-	FailoverMs         float64         `json:"failover_ms"`                   // leader SIGKILL to the next answered write
-	FailoverPromotedMs float64         `json:"failover_promoted_ms"`          // to a promoted leader's status
-	FollowersAtKill    []followerTrace `json:"followers_at_kill"`
-	SessionsLost       int             `json:"sessions_lost_in_failover"`
-	Remounts           int             `json:"remounts"` // by every client, over this size's phases
-	RestartSecs        float64         `json:"restart_secs"`
-	JoinSecs           float64         `json:"join_secs"`
-	JoinBySnapshot     bool            `json:"join_by_snapshot"` // the leader sent the joining node a snapshot
+	LeaseReads         float64      `json:"lease_reads"`
+	QuorumReads        float64      `json:"quorum_reads"`
+	Nodes              []scaleNode  `json:"nodes"`
+	IdleLogBytesSec    float64      `json:"idle_raft_log_bytes_per_sec"`
+	IdleLogEntrySec    float64      `json:"idle_raft_log_entries_per_sec"`
+	IdleLeaderCPU      float64      `json:"idle_leader_cpu_cores"`
+	IdleEtcdTxnsSec    float64      `json:"idle_etcd_txns_per_sec"`
+	IdleEtcdBytesSec   float64      `json:"idle_etcd_bytes_per_sec"`
+	WriteP99Ms         float64      `json:"write_p99_ms"`          // outside every node's snapshot
+	WriteP99SnapMs     float64      `json:"write_p99_snapshot_ms"` // overlapping one
+	WritesInSnap       int          `json:"writes_during_snapshots"`
+	PacedSec           float64      `json:"writes_paced_per_sec"`          // by the export's flow control, outside snapshots
+	PacedSnapSec       float64      `json:"writes_paced_per_sec_snapshot"` // during one
+	FailoverMs         float64      `json:"failover_ms"`                   // leader SIGKILL to the next answered write, the kills' median
+	FailoverMaxMs      float64      `json:"failover_max_ms"`               // the slowest kill's
+	FailoverPromotedMs float64      `json:"failover_promoted_ms"`          // to a promoted leader's status, the median
+	Kills              []killResult `json:"kills"`
+	SessionsLost       int          `json:"sessions_lost_in_failover"` // over every kill
+	Remounts           int          `json:"remounts"`                  // by every client, over this size's phases
+	RestartSecs        float64      `json:"restart_secs"`              // the kills' median
+	JoinSecs           float64      `json:"join_secs"`
+	JoinBySnapshot     bool         `json:"join_by_snapshot"` // the leader sent the joining node a snapshot
 }
 
 // scaleSample is the nodes' memory at a point of the fill.
@@ -702,11 +703,14 @@ func (r *scaleResult) print(w io.Writer) {
 		r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap, r.PacedSec, r.PacedSnapSec)
 	fmt.Fprintf(w, "  idle: Raft log %.0f B/s (%.1f entries/s), leader CPU %.2f cores, etcd %.1f txns/s %.0f B/s\n",
 		r.IdleLogBytesSec, r.IdleLogEntrySec, r.IdleLeaderCPU, r.IdleEtcdTxnsSec, r.IdleEtcdBytesSec)
-	fmt.Fprintf(w, "  failover %.0f ms to the next answered write (%.0f ms to a promoted leader), %d sessions lost, %d remounts; restart caught up in %.1f s, a fresh node joined in %.1f s (%s)\n",
-		r.FailoverMs, r.FailoverPromotedMs, r.SessionsLost, r.Remounts, r.RestartSecs, r.JoinSecs, map[bool]string{true: "sent a snapshot", false: "sent the log"}[r.JoinBySnapshot])
-	for _, f := range r.FollowersAtKill {
-		fmt.Fprintf(w, "  after the kill %s's commit index moved %.0f entries, the last move seen at %.0f ms; its applied index last moved at %.0f ms (%.0f committed entries unapplied at the kill)\n",
-			f.ID, f.CommittedAfter, f.LastCommitMs, f.AppliedMs, f.UnappliedAtKill)
+	fmt.Fprintf(w, "  failover %.0f ms to the next answered write (%.0f ms to a promoted leader), the median of %d kills, the slowest %.0f ms; %d sessions lost, %d remounts; restart caught up in %.1f s (median), a fresh node joined in %.1f s (%s)\n",
+		r.FailoverMs, r.FailoverPromotedMs, len(r.Kills), r.FailoverMaxMs, r.SessionsLost, r.Remounts, r.RestartSecs, r.JoinSecs, map[bool]string{true: "sent a snapshot", false: "sent the log"}[r.JoinBySnapshot])
+	for k, kr := range r.Kills {
+		fmt.Fprintf(w, "  kill %d: the next write answered at %.0f ms, a promoted leader seen at %.0f ms; the old leader caught up %.1f s after its restart\n", k+1, kr.FailoverMs, kr.PromotedMs, kr.RestartSecs)
+		for _, f := range kr.Followers {
+			fmt.Fprintf(w, "    %s's commit index moved %.0f entries after the kill, the last move seen at %.0f ms; its applied index last moved at %.0f ms (%.0f committed entries unapplied at the kill); from 2 s before the kill to the promotion %d log writes, the slowest within %.0f ms, and %.0f stalls\n",
+				f.ID, f.CommittedAfter, f.LastCommitMs, f.AppliedMs, f.UnappliedAtKill, f.LogAppends, f.SlowestAppendMs, f.Stalls)
+		}
 	}
 }
 

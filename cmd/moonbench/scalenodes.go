@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,64 +14,111 @@ import (
 	"github.com/moonraft/moonraft/internal/child"
 	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/internal/localcluster"
+	dto "github.com/prometheus/client_model/go"
 )
 
-// failover SIGKILLs the leader under the probe's writes: the time to the
-// next answered write, and whether every client's session survived; then
-// it restarts the old leader on its data dir and times its catch-up.
+// failover SIGKILLs the leader --scale-kills times, each after the last
+// old leader has caught up (kill), and sums the kills up in r: the medians
+// and the slowest, and every session any of them cost.
 func (s *scaleRun) failover(ctx context.Context, n uint64, r *scaleResult) error {
+	for k := range s.cfg.scaleKills {
+		prefix := fmt.Sprintf("scale-%d-failover", n)
+		if k > 0 {
+			prefix = fmt.Sprintf("%s-%d", prefix, k+1)
+		}
+		kr, err := s.kill(ctx, prefix)
+		if err != nil {
+			return err
+		}
+		progressf("kill %d of %d: the next write answered %.0f ms after it; the old leader caught up %.1f s after its restart",
+			k+1, s.cfg.scaleKills, kr.FailoverMs, kr.RestartSecs)
+		r.Kills = append(r.Kills, *kr)
+		r.SessionsLost += kr.SessionsLost
+	}
+	of := func(f func(killResult) float64) []float64 {
+		var vs []float64
+		for _, kr := range r.Kills {
+			vs = append(vs, f(kr))
+		}
+		return vs
+	}
+	failovers := of(func(kr killResult) float64 { return kr.FailoverMs })
+	r.FailoverMs, r.FailoverMaxMs = median(failovers), slices.Max(failovers)
+	r.FailoverPromotedMs = median(of(func(kr killResult) float64 { return kr.PromotedMs }))
+	r.RestartSecs = median(of(func(kr killResult) float64 { return kr.RestartSecs }))
+	return nil
+}
+
+// killResult is one SIGKILL of the leader at a size.
+type killResult struct {
+	FailoverMs   float64         `json:"failover_ms"` // to the next answered write
+	PromotedMs   float64         `json:"promoted_ms"` // to a promoted leader's status, polled once the process is gone
+	Followers    []followerTrace `json:"followers"`
+	RestartSecs  float64         `json:"restart_secs"` // the old leader on its data dir, to caught up
+	SessionsLost int             `json:"sessions_lost"`
+}
+
+// kill SIGKILLs the leader under the probe's writes: the time to the next
+// answered write, what the followers did meanwhile, and whether every
+// client's session survived; then it restarts the old leader on its data
+// dir and times its catch-up.
+func (s *scaleRun) kill(ctx context.Context, profilePrefix string) (*killResult, error) {
 	l, err := s.lc.leader(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pr, err := s.startProbe(ctx, "failover")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	traced := s.traceFollowers(ctx, l)
+	before := s.followerHealth(ctx, l)
 	time.Sleep(2 * time.Second)
 	progressf("failover: killing the leader %s", l.ID)
 	kill := time.Now()
 	l.Kill()
-	profiled := s.profileSurvivors(ctx, l, fmt.Sprintf("scale-%d-failover", n))
+	profiled := s.profileSurvivors(ctx, l, profilePrefix)
 	defer profiled()
 	nl, err := s.lc.leader(ctx)
 	if err != nil {
 		traced()
 		pr.finish()
-		return err
+		return nil, err
 	}
-	r.FailoverPromotedMs = float64(time.Since(kill).Microseconds()) / 1000
+	kr := &killResult{PromotedMs: float64(time.Since(kill).Microseconds()) / 1000}
+	after := s.followerHealth(ctx, l)
 	for id, samples := range traced() {
-		r.FollowersAtKill = append(r.FollowersAtKill, followerAtKill(id, kill, samples))
+		f := followerAtKill(id, kill, samples)
+		f.addHealth(before[id], after[id])
+		kr.Followers = append(kr.Followers, f)
 	}
-	slices.SortFunc(r.FollowersAtKill, func(a, b followerTrace) int { return strings.Compare(a.ID, b.ID) })
-	for deadline := time.Now().Add(30 * time.Second); r.FailoverMs == 0; time.Sleep(100 * time.Millisecond) {
+	slices.SortFunc(kr.Followers, func(a, b followerTrace) int { return strings.Compare(a.ID, b.ID) })
+	for deadline := time.Now().Add(30 * time.Second); kr.FailoverMs == 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			pr.finish()
-			return fmt.Errorf("no write answered within 30 s of killing the leader %s", l.ID)
+			return nil, fmt.Errorf("no write answered within 30 s of killing the leader %s", l.ID)
 		}
-		r.FailoverMs = pr.firstAnsweredAfter(kill)
+		kr.FailoverMs = pr.firstAnsweredAfter(kill)
 	}
 	pr.finish()
 	progressf("restarting %s on its data dir", l.ID)
 	t0 := time.Now()
 	if err := l.Start(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.lc.caughtUp(ctx, l); err != nil {
-		return err
+		return nil, err
 	}
-	r.RestartSecs = time.Since(t0).Seconds()
+	kr.RestartSecs = time.Since(t0).Seconds()
 	// A session the failover cost has expired by now: a client TTL
 	// (10 s) after the kill, with every client pinging.
 	time.Sleep(time.Until(kill.Add(12 * time.Second)))
 	st, err := s.lc.cl.Progress(ctx, nl.GRPCAddr)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	r.SessionsLost = len(s.clients) - int(st.Sessions)
-	return nil
+	kr.SessionsLost = len(s.clients) - int(st.Sessions)
+	return kr, nil
 }
 
 // followerTrace is what a follower did with the dead leader's entries
@@ -91,6 +139,61 @@ type followerTrace struct {
 	CommittedAfter float64 `json:"committed_after_kill"`
 	LastCommitMs   float64 `json:"last_commit_ms"`
 	AppliedMs      float64 `json:"applied_ms"`
+	// From 2 s before the kill to the promotion: its Raft log writes, the
+	// slowest within SlowestAppendMs (a histogram bucket's bound), and its
+	// goroutines' waits of 75 ms or more to run.
+	LogAppends      uint64  `json:"log_appends"`
+	SlowestAppendMs float64 `json:"slowest_append_ms"`
+	Stalls          float64 `json:"stalls"`
+}
+
+// health is what a node's metrics say of its disk and its scheduling so
+// far: its Raft log writes' latency histogram and its stalls.
+type health struct {
+	appends *dto.Histogram
+	stalls  float64
+}
+
+// followerHealth reads every node but the leader's health, by node; a node
+// whose metrics cannot be read is left out.
+func (s *scaleRun) followerHealth(ctx context.Context, leader *localcluster.Node) map[string]health {
+	out := map[string]health{}
+	for _, p := range s.lc.procs {
+		if p == leader {
+			continue
+		}
+		m, err := s.metrics(ctx, p)
+		if err != nil || len(m["moonraft_raft_log_append_seconds"].GetMetric()) == 0 {
+			continue
+		}
+		var stalls float64
+		for _, x := range m["moonraft_stalls_total"].GetMetric() {
+			for _, l := range x.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == "sched" {
+					stalls += x.GetCounter().GetValue()
+				}
+			}
+		}
+		out[p.ID] = health{m["moonraft_raft_log_append_seconds"].GetMetric()[0].GetHistogram(), stalls}
+	}
+	return out
+}
+
+// addHealth records what changed between two readings of f's health.
+func (f *followerTrace) addHealth(before, after health) {
+	if before.appends == nil || after.appends == nil {
+		return
+	}
+	f.Stalls = after.stalls - before.stalls
+	f.LogAppends = after.appends.GetSampleCount() - before.appends.GetSampleCount()
+	bs, as := before.appends.GetBucket(), after.appends.GetBucket()
+	for i := range min(len(bs), len(as)) {
+		if as[i].GetCumulativeCount()-bs[i].GetCumulativeCount() == f.LogAppends {
+			f.SlowestAppendMs = as[i].GetUpperBound() * 1000
+			return
+		}
+	}
+	f.SlowestAppendMs = math.Inf(1)
 }
 
 // logSample is a follower's Raft term, commit index and applied index
