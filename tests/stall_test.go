@@ -45,6 +45,8 @@ func TestStallsLeaveTraces(t *testing.T) {
 	// refused by the other, which still knows the leader, and a leader
 	// that runs again before anyone is elected keeps the lead.
 	leader.Signal(syscall.SIGSTOP)
+	require.Eventually(t, func() bool { s, err := leader.Stopped(); return err == nil && s }, 5*time.Second, 5*time.Millisecond,
+		"the leader's threads stop")
 	if next := c.Leader(ctx, cl); next == leader {
 		t.Fatal("the stopped leader answered as leader")
 	}

@@ -142,24 +142,15 @@ const clockTicks = 100
 // CPUTime is the CPU time, user and system, that p has used so far (Linux:
 // read from /proc).
 func (p *Proc) CPUTime() (time.Duration, error) {
-	p.mu.Lock()
-	if p.cmd == nil || p.exitedLocked() {
-		p.mu.Unlock()
-		return 0, fmt.Errorf("%s is not running", p.Bin)
-	}
-	pid := p.cmd.Process.Pid
-	p.mu.Unlock()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	pid, err := p.pid()
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) is in parentheses and may hold spaces:
-	// count the fields after it. utime and stime are fields 14 and 15.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	f, err := statFields(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
 	}
-	f := strings.Fields(string(b[i+1:]))
+	// utime and stime are fields 14 and 15.
 	if len(f) < 13 {
 		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command name", pid, len(f))
 	}
@@ -172,4 +163,52 @@ func (p *Proc) CPUTime() (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// Stopped reports whether every thread of p has stopped (Linux: read from
+// /proc). A SIGSTOP takes effect as each thread next runs, not when
+// Signal returns, so a test that needs p stopped waits for this.
+func (p *Proc) Stopped() (bool, error) {
+	pid, err := p.pid()
+	if err != nil {
+		return false, err
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false, err
+	}
+	for _, t := range tasks {
+		f, err := statFields(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			return false, err
+		}
+		if len(f) == 0 || (f[0] != "T" && f[0] != "t") {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (p *Proc) pid() (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.exitedLocked() {
+		return 0, fmt.Errorf("%s is not running", p.Bin)
+	}
+	return p.cmd.Process.Pid, nil
+}
+
+// statFields reads a /proc stat file and returns its fields after the
+// command name (field 2), which is in parentheses and may hold spaces: the
+// state (field 3) first.
+func statFields(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return nil, fmt.Errorf("%s: no command name", path)
+	}
+	return strings.Fields(string(b[i+1:])), nil
 }

@@ -28,8 +28,12 @@ func TestLifecycle(t *testing.T) {
 	require.Eventually(t, func() bool { return count(t, log, "up\n") == 1 }, 5*time.Second, 10*time.Millisecond)
 
 	// A stopped (SIGSTOP) process is alive, and Stop still ends it.
+	stopped, err := p.Stopped()
+	require.NoError(t, err)
+	assert.False(t, stopped)
 	p.Signal(syscall.SIGSTOP)
 	assert.True(t, p.Running())
+	require.Eventually(t, func() bool { s, err := p.Stopped(); return err == nil && s }, 5*time.Second, 5*time.Millisecond)
 	p.Stop(5 * time.Second)
 	assert.False(t, p.Running())
 
