@@ -272,10 +272,15 @@ func TestBootstrapReplicateAndRedirect(t *testing.T) {
 	}
 	c.converged()
 	for i, nd := range c.nodes {
-		assert.Equal(t, 50, int(nd.Status().Objects), "node %d", i)
+		st := nd.Status()
+		assert.Equal(t, 50, int(st.Objects), "node %d", i)
+		assert.GreaterOrEqual(t, st.LastLogIndex, st.CommitIndex, "node %d's log holds what it committed", i)
 		if i == l {
+			assert.Zero(t, st.LastContactMs, "a leader reports no contact")
 			continue
 		}
+		assert.True(t, st.LastContactMs >= 0 && st.LastContactMs < time.Second.Milliseconds(),
+			"follower %d heard from its leader within a second, not %d ms ago", i, st.LastContactMs)
 		_, err := nd.Propose(ctx(t), &fsm.RemoveAll{NowMs: time.Now().UnixMilli(), Force: true})
 		assert.Equal(t, errcode.NotLeader, errcode.Of(err), "a follower redirects writes")
 		assert.Contains(t, err.Error(), c.cfgs[l].GRPCAddr, "NOT_LEADER names the leader's client address")

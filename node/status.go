@@ -3,6 +3,7 @@ package node
 import (
 	"encoding/hex"
 	"strings"
+	"time"
 
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/service"
@@ -22,17 +23,24 @@ func (n *Node) Progress() *service.NodeStatus { return n.status(false) }
 func (n *Node) status(digests bool) *service.NodeStatus {
 	_, leader := n.raft.LeaderWithID()
 	st := &service.NodeStatus{
-		ID:          n.cfg.ID,
-		RaftAddr:    string(n.trans.LocalAddr()),
-		GRPCAddr:    n.cfg.GRPCAddr,
-		Role:        strings.ToLower(n.raft.State().String()),
-		Promoted:    n.IsLeader(),
-		Term:        n.raft.CurrentTerm(),
-		CommitIndex: n.raft.CommitIndex(),
-		LeaderID:    string(leader),
-		EtcdExport:  n.etcd != nil,
-		ReadMode:    string(n.cfg.ReadMode),
-		DiskError:   n.disk.String(),
+		ID:           n.cfg.ID,
+		RaftAddr:     string(n.trans.LocalAddr()),
+		GRPCAddr:     n.cfg.GRPCAddr,
+		Role:         strings.ToLower(n.raft.State().String()),
+		Promoted:     n.IsLeader(),
+		Term:         n.raft.CurrentTerm(),
+		CommitIndex:  n.raft.CommitIndex(),
+		LastLogIndex: n.raft.LastIndex(),
+		LeaderID:     string(leader),
+		EtcdExport:   n.etcd != nil,
+		ReadMode:     string(n.cfg.ReadMode),
+		DiskError:    n.disk.String(),
+	}
+	if st.Role == "follower" {
+		st.LastContactMs = -1
+		if last := n.raft.LastContact(); !last.IsZero() {
+			st.LastContactMs = time.Since(last).Milliseconds()
+		}
 	}
 	if st.Promoted {
 		st.ExportedSeq = n.exportedSeq.Load()

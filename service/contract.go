@@ -102,6 +102,12 @@ type NodeStatus struct {
 	// ExportDeferred is the REMOVEs of bulk removals waiting to enter the
 	// export ring (every node holds them).
 	ExportDeferred uint64
+	// LastLogIndex is the last entry in this node's Raft log, committed or
+	// not; LastContactMs, on a follower, how long ago Raft last heard from
+	// its leader (-1: not since the node started). Together they tell
+	// whether a follower still takes a silent leader's entries.
+	LastLogIndex  uint64
+	LastContactMs int64
 }
 
 // Member is one server of the Raft configuration.

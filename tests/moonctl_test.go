@@ -127,7 +127,7 @@ func pinJSONShapes(t *testing.T, moonctl func(...string) (string, string, int), 
 	node := `{"applied_index":"number","applied_seq":"number","capacity_bytes":"number","commit_index":"number","digest":"string",` +
 		`"disk_error":"string","endpoint":"string","error":"null","etcd_error":"string","etcd_export":"bool","export_backlog_ms":"number","export_deferred":"number",` +
 		`"export_ring_len":"number","export_take_rate":"number","exported_seq":"number","writes_paced":"number",` +
-		`"grpc_addr":"string","http_addr":"string","id":"string","leader_grpc_addr":"string","leader_id":"string","now_ms":"number",` +
+		`"grpc_addr":"string","http_addr":"string","id":"string","last_contact_ms":"number","last_log_index":"number","leader_grpc_addr":"string","leader_id":"string","now_ms":"number",` +
 		`"object_set_digest":"string","objects":"number","promoted":"bool","raft_addr":"string","read_lease_remaining_ms":"number",` +
 		`"read_mode":"string","role":"string","segments":"number","sessions":"number","term":"number","used_bytes":"number"}`
 	summary := `{"applied_seq":"number","bytes":"number","checksum_ok":"bool","cluster_id":"string","created_unix_ms":"number","digest":"string",` +

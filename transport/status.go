@@ -36,7 +36,7 @@ func NodeStatusPB(st *service.NodeStatus) *moonraftpb.NodeStatus {
 		ObjectSetDigest: st.ObjectSetDigest, ReadMode: st.ReadMode,
 		ReadLeaseRemainingMs: st.ReadLeaseRemainingMs, DiskError: st.DiskError,
 		ExportBacklogMs: st.ExportBacklogMs, ExportTakeRate: st.ExportTakeRate, WritesPaced: st.WritesPaced, EtcdError: st.EtcdError,
-		ExportDeferred: st.ExportDeferred,
+		ExportDeferred: st.ExportDeferred, LastLogIndex: st.LastLogIndex, LastContactMs: st.LastContactMs,
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -346,31 +347,50 @@ func TestScaleReport(t *testing.T) {
 	assert.Regexp(t, `save s +stalls\n.*n0 +leader .* 3\n`, out.String())
 	assert.Contains(t, out.String(), "reads, the pings among them: 4000000 under the read lease, 1234 after waiting for a quorum round")
 
-	r.FailoverMs, r.FailoverMaxMs, r.Kills = 500, 1070, []killResult{{FailoverMs: 1070, Followers: []followerTrace{{ID: "n0", LogAppends: 12, SlowestAppendMs: 512}}}, {FailoverMs: 500}}
+	r.FailoverMs, r.FailoverMaxMs, r.Kills = 500, 1070, []killResult{{FailoverMs: 1070,
+		Followers: []followerTrace{{ID: "n0", LogAppends: 12, SlowestAppendMs: 512, LastContactMs: 480}},
+		Host:      hostWindow{Ms: 600, KsoftirqdWaitMs: 410, SoftirqMs: 90, StealMs: 3, Squeezed: 7}}, {FailoverMs: 500}}
 	out.Reset()
 	r.print(&out)
 	assert.Contains(t, out.String(), "failover 500 ms to the next answered write (0 ms to a promoted leader), the median of 2 kills, the slowest 1070 ms")
-	assert.Regexp(t, `kill 1: the next write answered at 1070 ms.*\n    n0's .* 12 log writes, the slowest within 512 ms`, out.String())
+	assert.Regexp(t, `kill 1: the next write answered at 1070 ms.*\n    n0 last heard from the leader at 480 ms; .* 12 log writes, the slowest within 512 ms`, out.String())
+	assert.Contains(t, out.String(), "host from the kill to the promotion (600 ms): ksoftirqd waited 410 ms for a CPU, softirqs took 90 ms, the hypervisor 3 ms; 7 softirqs out of budget")
 }
 
 // TestFollowerAtKill: a follower's samples around a kill tell how far its
-// commit index moved after the kill, when it last moved and when its
-// applied index last moved; the new leader's term does not count.
+// commit index and its log moved after the kill and when they last moved,
+// when its applied index last moved, and when it last heard from the
+// leader; the new leader's term does not count.
 func TestFollowerAtKill(t *testing.T) {
 	kill := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return kill.Add(time.Duration(ms) * time.Millisecond) }
+	// sample is a follower's progress at ms after the kill, having last
+	// heard from its leader at contact ms (candidate: not a follower).
+	const candidate = math.MinInt
+	sample := func(ms int, term, commit, applied, last uint64, contact int) logSample {
+		x := logSample{at: at(ms), term: term, commit: commit, applied: applied, lastIndex: last}
+		if contact != candidate {
+			x.contact = at(contact)
+		}
+		return x
+	}
 	for _, tc := range []struct {
 		name    string
 		samples []logSample
 		want    followerTrace
 	}{
 		{"caught up at the kill", []logSample{
-			{at(-20), 5, 100, 100}, {at(20), 5, 100, 100}, {at(400), 6, 101, 101},
-		}, followerTrace{ID: "n1"}},
+			sample(-20, 5, 100, 100, 100, -25), sample(20, 5, 100, 100, 100, -10), sample(400, 6, 101, 101, 101, 390),
+		}, followerTrace{ID: "n1", LastContactMs: -10}},
 		{"still handling the leader's entries after it", []logSample{
-			{at(-40), 5, 90, 60}, {at(-20), 5, 100, 70}, {at(20), 5, 160, 80},
-			{at(300), 5, 190, 150}, {at(320), 5, 190, 190}, {at(700), 6, 195, 195},
-		}, followerTrace{ID: "n1", UnappliedAtKill: 30, CommittedAfter: 90, LastCommitMs: 300, AppliedMs: 320}},
+			sample(-40, 5, 90, 60, 100, -45), sample(-20, 5, 100, 70, 110, -25), sample(20, 5, 160, 80, 170, 15),
+			sample(300, 5, 190, 150, 200, 290), sample(320, 5, 190, 190, 200, 290), sample(700, 6, 195, 195, 205, 690),
+		}, followerTrace{ID: "n1", UnappliedAtKill: 30, CommittedAfter: 90, LastCommitMs: 300, AppliedMs: 320,
+			AppendedAfter: 90, LastAppendMs: 300, LastContactMs: 290}},
+		{"heard late, standing after", []logSample{
+			sample(-20, 5, 100, 100, 100, -25), sample(480, 5, 100, 100, 100, 470),
+			sample(900, 5, 100, 100, 100, candidate), sample(950, 6, 101, 101, 101, 940),
+		}, followerTrace{ID: "n1", LastContactMs: 470}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, followerAtKill("n1", kill, tc.samples))
@@ -407,4 +427,71 @@ func TestAddHealth(t *testing.T) {
 			assert.Equal(t, tc.want, f)
 		})
 	}
+}
+
+// TestHostBetween: the host's counters over a span run from the last
+// sample at or before its start to the first at or after its end.
+func TestHostBetween(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	samples := []hostSample{
+		{at: at(0), ksoftirqdWait: time.Second, softirq: 2 * time.Second, steal: 0, squeezed: 10},
+		{at: at(20), ksoftirqdWait: time.Second + 5*time.Millisecond, softirq: 2*time.Second + 10*time.Millisecond, squeezed: 11},
+		{at: at(500), ksoftirqdWait: 1400 * time.Millisecond, softirq: 2100 * time.Millisecond, steal: 30 * time.Millisecond, squeezed: 15},
+		{at: at(520), ksoftirqdWait: 1500 * time.Millisecond, softirq: 2200 * time.Millisecond, steal: 40 * time.Millisecond, squeezed: 20},
+	}
+	assert.Equal(t, hostWindow{Ms: 480, KsoftirqdWaitMs: 395, SoftirqMs: 90, StealMs: 30, Squeezed: 4}, hostBetween(samples, at(30), at(490)),
+		"from the sample before the start to the one after the end")
+	assert.Equal(t, hostWindow{Ms: 20, KsoftirqdWaitMs: 100, SoftirqMs: 100, StealMs: 10, Squeezed: 5}, hostBetween(samples, at(500), at(520)))
+	assert.Zero(t, hostBetween(samples, at(-10), at(400)), "no sample before the start")
+	assert.Zero(t, hostBetween(samples, at(100), at(600)), "none after the end")
+}
+
+// TestReadHost reads this host's counters: on Linux, the ksoftirqd
+// threads' waits and the softirq time only grow.
+func TestReadHost(t *testing.T) {
+	stop := traceHost(context.Background())
+	time.Sleep(5 * traceEvery)
+	stopped := time.Now()
+	samples := stop()
+	require.GreaterOrEqual(t, len(samples), 2, "sampled every %v", traceEvery)
+	assert.False(t, samples[len(samples)-1].at.Before(stopped), "a last sample when stopped, so a span may end then")
+	first, last := samples[0], samples[len(samples)-1]
+	assert.Positive(t, last.softirq, "softirq time since boot")
+	assert.GreaterOrEqual(t, last.ksoftirqdWait, first.ksoftirqdWait)
+	assert.GreaterOrEqual(t, last.squeezed, first.squeezed)
+	_, err := readHost([]string{"/proc/nonexistent/schedstat"})
+	assert.Error(t, err, "a ksoftirqd thread that is gone")
+}
+
+// TestFirstPromoted: the promotion is the first sample after the kill in
+// which any follower serves as leader; the leader's poll when the trace saw
+// none.
+func TestFirstPromoted(t *testing.T) {
+	kill := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return kill.Add(time.Duration(ms) * time.Millisecond) }
+	polled := at(900)
+	samples := map[string][]logSample{
+		"n1": {{at: at(-20), promoted: true}, {at: at(300)}, {at: at(480), promoted: true}},
+		"n2": {{at: at(310)}, {at: at(450), promoted: true}},
+	}
+	assert.Equal(t, at(450), firstPromoted(kill, samples, polled), "the old leader's sample before the kill does not count")
+	assert.Equal(t, polled, firstPromoted(kill, map[string][]logSample{"n1": {{at: at(300)}}}, polled))
+}
+
+// TestCallsAround: the probe's writes around a kill run from the one in
+// flight at the kill to the first sent after it that was answered.
+func TestCallsAround(t *testing.T) {
+	kill := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return kill.Add(time.Duration(ms) * time.Millisecond) }
+	lost := errors.New("outcome unknown")
+	p := &probe{obs: []probeObs{
+		{at(-50), 40 * time.Millisecond, nil},  // ended before the kill
+		{at(-5), 600 * time.Millisecond, lost}, // in flight at the kill
+		{at(605), 10 * time.Millisecond, lost}, // refused
+		{at(625), 100 * time.Millisecond, nil}, // the next answered
+		{at(730), 10 * time.Millisecond, nil},  // after it
+	}}
+	assert.Equal(t, []probeCall{{SentMs: -5, EndedMs: 595, Error: "outcome unknown"}, {SentMs: 605, EndedMs: 615, Error: "outcome unknown"},
+		{SentMs: 625, EndedMs: 725}}, p.callsAround(kill))
 }

@@ -76,6 +76,38 @@ func (p *probe) firstAnsweredAfter(t time.Time) float64 {
 	return 0
 }
 
+// probeCall is one of the probe's put pairs around a kill: when it was
+// sent and answered, in ms from the kill, and the error it ended with.
+type probeCall struct {
+	SentMs  float64 `json:"sent_ms"`
+	EndedMs float64 `json:"ended_ms"`
+	Error   string  `json:"error,omitempty"`
+}
+
+// callsAround is the probe's put pairs that ended after t, up to the first
+// sent after t that was answered: where a failover's time went on the
+// client's side.
+func (p *probe) callsAround(t time.Time) []probeCall {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ms := func(at time.Time) float64 { return float64(at.Sub(t).Microseconds()) / 1000 }
+	var out []probeCall
+	for _, o := range p.obs {
+		if !o.at.Add(o.lat).After(t) {
+			continue
+		}
+		c := probeCall{SentMs: ms(o.at), EndedMs: ms(o.at.Add(o.lat))}
+		if o.err != nil {
+			c.Error = o.err.Error()
+		}
+		out = append(out, c)
+		if o.err == nil && o.at.After(t) {
+			break
+		}
+	}
+	return out
+}
+
 // written is how many put pairs the probe has had answered OK.
 func (p *probe) written() uint64 {
 	p.mu.Lock()

@@ -707,9 +707,23 @@ func (r *scaleResult) print(w io.Writer) {
 		r.FailoverMs, r.FailoverPromotedMs, len(r.Kills), r.FailoverMaxMs, r.SessionsLost, r.Remounts, r.RestartSecs, r.JoinSecs, map[bool]string{true: "sent a snapshot", false: "sent the log"}[r.JoinBySnapshot])
 	for k, kr := range r.Kills {
 		fmt.Fprintf(w, "  kill %d: the next write answered at %.0f ms, a promoted leader seen at %.0f ms; the old leader caught up %.1f s after its restart\n", k+1, kr.FailoverMs, kr.PromotedMs, kr.RestartSecs)
+		for _, c := range kr.ProbeCalls {
+			outcome := "answered"
+			if c.Error != "" {
+				outcome = c.Error
+			}
+			fmt.Fprintf(w, "    the probe's write sent at %.0f ms ended at %.0f ms: %s\n", c.SentMs, c.EndedMs, outcome)
+		}
 		for _, f := range kr.Followers {
-			fmt.Fprintf(w, "    %s's commit index moved %.0f entries after the kill, the last move seen at %.0f ms; its applied index last moved at %.0f ms (%.0f committed entries unapplied at the kill); from 2 s before the kill to the promotion %d log writes, the slowest within %.0f ms, and %.0f stalls\n",
-				f.ID, f.CommittedAfter, f.LastCommitMs, f.AppliedMs, f.UnappliedAtKill, f.LogAppends, f.SlowestAppendMs, f.Stalls)
+			fmt.Fprintf(w, "    %s last heard from the leader at %.0f ms; its commit index moved %.0f entries after the kill, the last move seen at %.0f ms; its log took %.0f more entries, the last at %.0f ms; its applied index last moved at %.0f ms (%.0f committed entries unapplied at the kill); from 2 s before the kill to the promotion %d log writes, the slowest within %.0f ms, and %.0f stalls\n",
+				f.ID, f.LastContactMs, f.CommittedAfter, f.LastCommitMs, f.AppendedAfter, f.LastAppendMs, f.AppliedMs, f.UnappliedAtKill, f.LogAppends, f.SlowestAppendMs, f.Stalls)
+		}
+		for _, h := range []struct {
+			span string
+			w    hostWindow
+		}{{"from the kill to the promotion", kr.Host}, {"in the 2 s before the kill", kr.HostBefore}} {
+			fmt.Fprintf(w, "    host %s (%.0f ms): ksoftirqd waited %.0f ms for a CPU, softirqs took %.0f ms, the hypervisor %.0f ms; %d softirqs out of budget\n",
+				h.span, h.w.Ms, h.w.KsoftirqdWaitMs, h.w.SoftirqMs, h.w.StealMs, h.w.Squeezed)
 		}
 	}
 }

@@ -51,11 +51,18 @@ func (s *scaleRun) failover(ctx context.Context, n uint64, r *scaleResult) error
 
 // killResult is one SIGKILL of the leader at a size.
 type killResult struct {
-	FailoverMs   float64         `json:"failover_ms"` // to the next answered write
-	PromotedMs   float64         `json:"promoted_ms"` // to a promoted leader's status, polled once the process is gone
-	Followers    []followerTrace `json:"followers"`
-	RestartSecs  float64         `json:"restart_secs"` // the old leader on its data dir, to caught up
-	SessionsLost int             `json:"sessions_lost"`
+	FailoverMs float64         `json:"failover_ms"` // to the next answered write
+	PromotedMs float64         `json:"promoted_ms"` // to a follower's first status as a promoted leader
+	Followers  []followerTrace `json:"followers"`
+	// Host is what the host's counters did from the kill to the
+	// promotion; HostBefore, over the 2 s before the kill.
+	Host       hostWindow `json:"host"`
+	HostBefore hostWindow `json:"host_before"`
+	// ProbeCalls is the probe's writes from the one in flight at the kill
+	// to the next answered.
+	ProbeCalls   []probeCall `json:"probe_calls"`
+	RestartSecs  float64     `json:"restart_secs"` // the old leader on its data dir, to caught up
+	SessionsLost int         `json:"sessions_lost"`
 }
 
 // kill SIGKILLs the leader under the probe's writes: the time to the next
@@ -71,7 +78,7 @@ func (s *scaleRun) kill(ctx context.Context, profilePrefix string) (*killResult,
 	if err != nil {
 		return nil, err
 	}
-	traced := s.traceFollowers(ctx, l)
+	traced, hostTraced := s.traceFollowers(ctx, l), traceHost(ctx)
 	before := s.followerHealth(ctx, l)
 	time.Sleep(2 * time.Second)
 	progressf("failover: killing the leader %s", l.ID)
@@ -80,14 +87,17 @@ func (s *scaleRun) kill(ctx context.Context, profilePrefix string) (*killResult,
 	profiled := s.profileSurvivors(ctx, l, profilePrefix)
 	defer profiled()
 	nl, err := s.lc.leader(ctx)
+	polled := time.Now()
+	host, samples := hostTraced(), traced()
 	if err != nil {
-		traced()
 		pr.finish()
 		return nil, err
 	}
-	kr := &killResult{PromotedMs: float64(time.Since(kill).Microseconds()) / 1000}
+	promoted := firstPromoted(kill, samples, polled)
+	kr := &killResult{PromotedMs: float64(promoted.Sub(kill).Microseconds()) / 1000,
+		Host: hostBetween(host, kill, promoted), HostBefore: hostBetween(host, kill.Add(-2*time.Second), kill)}
 	after := s.followerHealth(ctx, l)
-	for id, samples := range traced() {
+	for id, samples := range samples {
 		f := followerAtKill(id, kill, samples)
 		f.addHealth(before[id], after[id])
 		kr.Followers = append(kr.Followers, f)
@@ -100,6 +110,7 @@ func (s *scaleRun) kill(ctx context.Context, profilePrefix string) (*killResult,
 		}
 		kr.FailoverMs = pr.firstAnsweredAfter(kill)
 	}
+	kr.ProbeCalls = pr.callsAround(kill)
 	pr.finish()
 	progressf("restarting %s on its data dir", l.ID)
 	t0 := time.Now()
@@ -139,6 +150,16 @@ type followerTrace struct {
 	CommittedAfter float64 `json:"committed_after_kill"`
 	LastCommitMs   float64 `json:"last_commit_ms"`
 	AppliedMs      float64 `json:"applied_ms"`
+	// AppendedAfter is how far its last log index moved after the kill in
+	// the dead leader's term, the last move seen LastAppendMs after it:
+	// entries it took that were not committed yet.
+	AppendedAfter float64 `json:"appended_after_kill"`
+	LastAppendMs  float64 `json:"last_append_ms"`
+	// LastContactMs is when, from the kill, it last heard from the dead
+	// leader, as it reported while still its follower: the start of the
+	// silence it waits out before it stands (0: not reported after the
+	// kill).
+	LastContactMs float64 `json:"last_contact_ms"`
 	// From 2 s before the kill to the promotion: its Raft log writes, the
 	// slowest within SlowestAppendMs (a histogram bucket's bound), and its
 	// goroutines' waits of 75 ms or more to run.
@@ -199,8 +220,12 @@ func (f *followerTrace) addHealth(before, after health) {
 // logSample is a follower's Raft term, commit index and applied index
 // when read.
 type logSample struct {
-	at                    time.Time
-	term, commit, applied uint64
+	at                               time.Time
+	term, commit, applied, lastIndex uint64
+	promoted                         bool // a leader that serves
+	// contact is when the node, a follower, last heard from its leader
+	// (zero on another role).
+	contact time.Time
 }
 
 // traceFollowers reads every node but the leader's progress (gRPC Status
@@ -220,8 +245,13 @@ func (s *scaleRun) traceFollowers(ctx context.Context, leader *localcluster.Node
 			for {
 				st, err := s.lc.cl.Progress(ctx, p.GRPCAddr)
 				if err == nil {
+					x := logSample{at: time.Now(), term: st.GetTerm(), commit: st.GetCommitIndex(), applied: st.GetAppliedIndex(),
+						lastIndex: st.GetLastLogIndex(), promoted: st.GetPromoted()}
+					if ms := st.GetLastContactMs(); st.GetRole() == "follower" && ms >= 0 {
+						x.contact = x.at.Add(-time.Duration(ms) * time.Millisecond)
+					}
 					mu.Lock()
-					out[p.ID] = append(out[p.ID], logSample{time.Now(), st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex()})
+					out[p.ID] = append(out[p.ID], x)
 					mu.Unlock()
 				}
 				select {
@@ -237,6 +267,20 @@ func (s *scaleRun) traceFollowers(ctx context.Context, leader *localcluster.Node
 		wg.Wait()
 		return out
 	}
+}
+
+// firstPromoted is the first sample after kill in which a follower was a
+// promoted leader, or polled if the trace saw none.
+func firstPromoted(kill time.Time, samples map[string][]logSample, polled time.Time) time.Time {
+	first := polled
+	for _, xs := range samples {
+		for _, x := range xs {
+			if x.promoted && x.at.After(kill) && x.at.Before(first) {
+				first = x.at
+			}
+		}
+	}
+	return first
 }
 
 // traceEvery is how often traceFollowers reads a follower's progress.
@@ -265,6 +309,13 @@ func followerAtKill(id string, kill time.Time, samples []logSample) followerTrac
 		}
 		if x.applied > prev.applied {
 			f.AppliedMs = ms(x.at)
+		}
+		if x.lastIndex > prev.lastIndex {
+			f.AppendedAfter += float64(x.lastIndex - prev.lastIndex)
+			f.LastAppendMs = ms(x.at)
+		}
+		if !x.contact.IsZero() {
+			f.LastContactMs = ms(x.contact)
 		}
 		prev = x
 	}

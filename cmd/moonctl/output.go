@@ -105,6 +105,8 @@ type nodeStatusJSON struct {
 	ReadLeaseRemainingMs int64      `json:"read_lease_remaining_ms"`
 	AppliedIndex         uint64     `json:"applied_index"`
 	CommitIndex          uint64     `json:"commit_index"`
+	LastLogIndex         uint64     `json:"last_log_index"`
+	LastContactMs        int64      `json:"last_contact_ms"`
 	AppliedSeq           uint64     `json:"applied_seq"`
 	EtcdExport           bool       `json:"etcd_export"`
 	ExportedSeq          uint64     `json:"exported_seq"`
@@ -142,7 +144,7 @@ func statusJSON(endpoints []string, sts []*moonraftpb.NodeStatus, errs []error) 
 		*o = nodeStatusJSON{Endpoint: endpoints[i], ID: s.Id, RaftAddr: s.RaftAddr, GRPCAddr: s.GrpcAddr, HTTPAddr: s.HttpAddr,
 			Role: s.Role, Promoted: s.Promoted, Term: s.Term, LeaderID: s.LeaderId, LeaderGRPCAddr: s.LeaderGrpcAddr,
 			ReadMode: s.ReadMode, ReadLeaseRemainingMs: s.ReadLeaseRemainingMs, AppliedIndex: s.AppliedIndex,
-			CommitIndex: s.CommitIndex, AppliedSeq: s.AppliedSeq, EtcdExport: s.EtcdExport, ExportedSeq: s.ExportedSeq,
+			CommitIndex: s.CommitIndex, LastLogIndex: s.LastLogIndex, LastContactMs: s.LastContactMs, AppliedSeq: s.AppliedSeq, EtcdExport: s.EtcdExport, ExportedSeq: s.ExportedSeq,
 			ExportRingLen: s.ExportRingLen, Objects: s.Objects, Segments: s.Segments, Sessions: s.Sessions,
 			UsedBytes: s.UsedBytes, CapacityBytes: s.CapacityBytes, NowMs: s.NowMs, Digest: s.Digest,
 			ObjectSetDigest: s.ObjectSetDigest, DiskError: s.DiskError, ExportBacklogMs: s.ExportBacklogMs,

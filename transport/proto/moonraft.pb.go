@@ -2993,6 +2993,8 @@ type NodeStatus struct {
 	WritesPaced          uint64                 `protobuf:"varint,29,opt,name=writes_paced,json=writesPaced,proto3" json:"writes_paced,omitempty"`                                // client writes waiting now for etcd to take the backlog (past the export's soft bound)
 	EtcdError            string                 `protobuf:"bytes,30,opt,name=etcd_error,json=etcdError,proto3" json:"etcd_error,omitempty"`                                       // why etcd takes no entries now ("" while it does)
 	ExportDeferred       uint64                 `protobuf:"varint,31,opt,name=export_deferred,json=exportDeferred,proto3" json:"export_deferred,omitempty"`                       // REMOVEs of bulk removals waiting to enter the export ring
+	LastLogIndex         uint64                 `protobuf:"varint,32,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`                           // the last entry in this node's Raft log, committed or not
+	LastContactMs        int64                  `protobuf:"varint,33,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`                        // a follower: how long ago Raft last heard from its leader (-1: not since it started)
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -3240,6 +3242,20 @@ func (x *NodeStatus) GetEtcdError() string {
 func (x *NodeStatus) GetExportDeferred() uint64 {
 	if x != nil {
 		return x.ExportDeferred
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetLastLogIndex() uint64 {
+	if x != nil {
+		return x.LastLogIndex
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetLastContactMs() int64 {
+	if x != nil {
+		return x.LastContactMs
 	}
 	return 0
 }
@@ -3998,7 +4014,7 @@ const file_moonraft_proto_rawDesc = "" +
 	"\fskip_digests\x18\x01 \x01(\bR\vskipDigests\"j\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12+\n" +
-	"\x04node\x18\x02 \x01(\v2\x17.moonraft.v1.NodeStatusR\x04node\"\xfa\a\n" +
+	"\x04node\x18\x02 \x01(\v2\x17.moonraft.v1.NodeStatusR\x04node\"\xc8\b\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
@@ -4037,7 +4053,9 @@ const file_moonraft_proto_rawDesc = "" +
 	"\fwrites_paced\x18\x1d \x01(\x04R\vwritesPaced\x12\x1d\n" +
 	"\n" +
 	"etcd_error\x18\x1e \x01(\tR\tetcdError\x12'\n" +
-	"\x0fexport_deferred\x18\x1f \x01(\x04R\x0eexportDeferred\"\x10\n" +
+	"\x0fexport_deferred\x18\x1f \x01(\x04R\x0eexportDeferred\x12$\n" +
+	"\x0elast_log_index\x18  \x01(\x04R\flastLogIndex\x12&\n" +
+	"\x0flast_contact_ms\x18! \x01(\x03R\rlastContactMs\"\x10\n" +
 	"\x0eMembersRequest\"m\n" +
 	"\x0fMembersResponse\x12+\n" +
 	"\x06status\x18\x01 \x01(\v2\x13.moonraft.v1.StatusR\x06status\x12-\n" +
