@@ -43,7 +43,10 @@ type Node struct {
 	// timeoutsMu orders the reloads of Raft's timeouts (holdElections,
 	// lookForLeader).
 	timeoutsMu sync.Mutex
-	sm         *stateMachine
+	// candidateAsked is when a candidate last asked this node, a follower
+	// that still heard its leader, for a pre-vote (unix ns; stand.go).
+	candidateAsked atomic.Int64
+	sm             *stateMachine
 
 	batcher    *lease.Batcher
 	leadership *leadership
@@ -372,6 +375,8 @@ func (n *Node) startRaft(ctx context.Context) error {
 	}
 	n.raft = r
 	n.trans.FastHeartbeats(func(term uint64) bool { return r.State() == raft.Follower && r.CurrentTerm() == term })
+	n.trans.BeforePreVote(n.dropSilentLeader)
+	n.trans.YieldPreVotes(n.cfg.ElectionTimeout)
 	return nil
 }
 

@@ -1,7 +1,8 @@
 // Package raftnet is the Raft network of a node: stream layers over TCP
 // and mutual TLS for hashicorp/raft's NetworkTransport, and the guarded
 // transport that closes two of hashicorp/raft's hazards (heartbeats that
-// change a term beside the main loop, and the pipeline deadlock).
+// change a term beside the main loop, and the pipeline deadlock) and lets
+// the first candidate after a leader's death win (elections.go).
 package raftnet
 
 import (
@@ -48,6 +49,13 @@ type Transport struct {
 
 	handler atomic.Pointer[func(raft.RPC)]         // raft's heartbeat handler
 	fast    atomic.Pointer[func(term uint64) bool] // FastHeartbeats' test
+
+	// Elections (elections.go).
+	beforePreVote atomic.Pointer[func()]
+	yieldSpan     atomic.Int64 // a time.Duration
+	candidatesMu  sync.Mutex
+	candidates    map[string]*candidacy // by peer ID
+	noted         chan struct{}         // closed, and replaced, when a candidacy is noted
 }
 
 // NewTransport is raft.NewNetworkTransportWithConfig, guarded.
@@ -56,7 +64,8 @@ func NewTransport(cfg *raft.NetworkTransportConfig) *Transport {
 }
 
 func guard(nt *raft.NetworkTransport) *Transport {
-	t := &Transport{NetworkTransport: nt, rpcs: make(chan raft.RPC), done: make(chan struct{}), relayed: make(chan struct{})}
+	t := &Transport{NetworkTransport: nt, rpcs: make(chan raft.RPC), done: make(chan struct{}), relayed: make(chan struct{}),
+		candidates: map[string]*candidacy{}, noted: make(chan struct{})}
 	nt.SetHeartbeatHandler(t.heartbeat)
 	go t.relay()
 	return t
@@ -70,6 +79,7 @@ func (t *Transport) relay() {
 	for {
 		select {
 		case rpc := <-in:
+			t.noteCandidacy(&rpc)
 			select {
 			case t.rpcs <- rpc:
 			case <-t.done:

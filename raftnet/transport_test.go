@@ -2,10 +2,12 @@ package raftnet
 
 import (
 	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -126,4 +128,207 @@ func TestHeartbeatsReachTheMainLoop(t *testing.T) {
 	require.False(t, heartbeat(t, guarded(t, 0), leader), "guarded, before the node says its term, the heartbeat must reach the main loop")
 	require.False(t, heartbeat(t, guarded(t, 4), leader), "a heartbeat of a newer term must reach the main loop")
 	require.True(t, heartbeat(t, guarded(t, 5), leader), "a heartbeat of a follower's own term is answered on the fast path")
+}
+
+// TestPreVoteHooks: a pre-vote request runs the BeforePreVote hook before
+// it reaches raft's main loop. A node that granted a peer's pre-vote, the
+// peer's log being at least as long as its own, does not ask that peer for
+// a pre-vote within the yield span; it asks a peer it refused, a peer with
+// a shorter log, one that asked for an older term, and any peer once the
+// span is over.
+func TestPreVoteHooks(t *testing.T) {
+	newGuarded := func(t *testing.T) *Transport {
+		tr, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, time.Second, io.Discard)
+		require.NoError(t, err)
+		g := guard(tr)
+		t.Cleanup(func() { _ = g.Close() })
+		return g
+	}
+	node := newGuarded(t)
+	var hooked atomic.Bool
+	node.BeforePreVote(func() { hooked.Store(true) })
+	const span = 300 * time.Millisecond
+	node.YieldPreVotes(span)
+
+	preVote := func(from, to *Transport, term, lastTerm, lastIndex uint64) (*raft.RequestPreVoteResponse, error) {
+		req := &raft.RequestPreVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax,
+			ID: []byte(from.LocalAddr()), Addr: []byte(from.LocalAddr())}, Term: term, LastLogTerm: lastTerm, LastLogIndex: lastIndex}
+		var resp raft.RequestPreVoteResponse
+		err := from.RequestPreVote(raft.ServerID(to.LocalAddr()), to.LocalAddr(), req, &resp)
+		return &resp, err
+	}
+	// askedBy has peer ask the node for a pre-vote in term 6 with its log
+	// at 4/100, and answers it as the node's raft, granting or not.
+	askedBy := func(peer *Transport, grant bool) {
+		t.Helper()
+		hooked.Store(false)
+		answered := make(chan *raft.RequestPreVoteResponse, 1)
+		go func() {
+			resp, err := preVote(peer, node, 6, 4, 100)
+			assert.NoError(t, err)
+			answered <- resp
+		}()
+		select {
+		case rpc := <-node.Consumer():
+			require.IsType(t, &raft.RequestPreVoteRequest{}, rpc.Command)
+			require.True(t, hooked.Load(), "the hook ran before raft got the request")
+			rpc.Respond(&raft.RequestPreVoteResponse{Term: 6, Granted: grant}, nil)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the pre-vote request did not reach raft")
+		}
+		select {
+		case resp := <-answered:
+			require.Equal(t, grant, resp.Granted, "the peer got raft's answer")
+		case <-time.After(5 * time.Second):
+			t.Fatal("the peer got no answer")
+		}
+	}
+	// ask has the node ask peer for a pre-vote and reports whether the
+	// peer was asked; the peer grants every request.
+	ask := func(peer *Transport, term, lastTerm, lastIndex uint64) bool {
+		t.Helper()
+		type result struct {
+			resp *raft.RequestPreVoteResponse
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() {
+			resp, err := preVote(node, peer, term, lastTerm, lastIndex)
+			done <- result{resp, err}
+		}()
+		select {
+		case rpc := <-peer.Consumer():
+			rpc.Respond(&raft.RequestPreVoteResponse{Term: term, Granted: true}, nil)
+		case r := <-done:
+			require.NoError(t, r.err)
+			assert.False(t, r.resp.Granted, "a pre-vote not asked for counts as refused")
+			assert.Equal(t, term, r.resp.Term, "in the node's own term, so raft does not step down")
+			return false
+		case <-time.After(5 * time.Second):
+			t.Fatal("no answer")
+		}
+		r := <-done
+		require.NoError(t, r.err)
+		assert.True(t, r.resp.Granted)
+		return true
+	}
+
+	refused := newGuarded(t)
+	askedBy(refused, false)
+	assert.True(t, ask(refused, 6, 4, 100), "the node refused the peer: it asks, so that one of them wins")
+
+	granted := newGuarded(t)
+	askedBy(granted, true)
+	assert.False(t, ask(granted, 6, 4, 100), "an equal log: the peer wins with the node's vote, so the node does not ask")
+	assert.False(t, ask(granted, 6, 4, 90), "the node's log is the shorter")
+	assert.False(t, ask(granted, 6, 3, 200), "the node's last term is the older")
+	assert.True(t, ask(granted, 6, 4, 101), "the node's log is the longer: it may win")
+	assert.True(t, ask(granted, 6, 5, 1), "the node's last term is the newer")
+	assert.True(t, ask(granted, 7, 4, 90), "the peer asked for an older term")
+	time.Sleep(span)
+	assert.True(t, ask(granted, 6, 4, 90), "the span is over")
+
+	// Raft stands, sends its own requests, and only then reads the peer's:
+	// the node's request to the peer waits for that answer.
+	pending := newGuarded(t)
+	go func() {
+		_, err := preVote(pending, node, 6, 4, 100)
+		assert.NoError(t, err)
+	}()
+	var held raft.RPC
+	select {
+	case held = <-node.Consumer():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the pre-vote request did not reach raft")
+	}
+	asked := make(chan bool, 1)
+	go func() {
+		resp, err := preVote(node, pending, 6, 4, 100)
+		assert.NoError(t, err)
+		asked <- resp.Granted
+	}()
+	time.Sleep(answerWait / 5)
+	held.Respond(&raft.RequestPreVoteResponse{Term: 6, Granted: true}, nil)
+	select {
+	case rpc := <-pending.Consumer():
+		rpc.Respond(&raft.RequestPreVoteResponse{Term: 6, Granted: true}, nil)
+		t.Fatal("the node asked a peer it was granting a pre-vote to")
+	case granted := <-asked:
+		assert.False(t, granted)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer")
+	}
+}
+
+// TestPreVoteAskedAgain: a node whose pre-vote a peer refused asks the
+// peer again once the peer has asked for a pre-vote of its own and raft
+// refused it (the peer no longer knows a leader, and the node's log is the
+// longer); not when raft granted it (the peer wins), and not when the peer
+// does not stand within the span.
+func TestPreVoteAskedAgain(t *testing.T) {
+	const span = 300 * time.Millisecond
+	newGuarded := func(t *testing.T) *Transport {
+		tr, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, time.Second, io.Discard)
+		require.NoError(t, err)
+		g := guard(tr)
+		g.YieldPreVotes(span)
+		t.Cleanup(func() { _ = g.Close() })
+		return g
+	}
+	request := func(from *Transport) *raft.RequestPreVoteRequest {
+		return &raft.RequestPreVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax,
+			ID: []byte(from.LocalAddr()), Addr: []byte(from.LocalAddr())}, Term: 6, LastLogTerm: 4, LastLogIndex: 100}
+	}
+	answer := func(t *testing.T, tr *Transport, grant bool) {
+		t.Helper()
+		select {
+		case rpc := <-tr.Consumer():
+			rpc.Respond(&raft.RequestPreVoteResponse{Term: 6, Granted: grant}, nil)
+		case <-time.After(5 * time.Second):
+			t.Fatal("no pre-vote request arrived")
+		}
+	}
+	for _, tc := range []struct {
+		name       string
+		peerStands bool
+		nodeGrants bool // the node's raft, to the peer's request
+		granted    bool // the node's own pre-vote, in the end
+	}{
+		{"the peer stands and is refused: asked again", true, false, true},
+		{"the peer stands and is granted: it wins", true, true, false},
+		{"the peer does not stand", false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node, peer := newGuarded(t), newGuarded(t)
+			done := make(chan *raft.RequestPreVoteResponse, 1)
+			go func() {
+				var resp raft.RequestPreVoteResponse
+				assert.NoError(t, node.RequestPreVote(raft.ServerID(peer.LocalAddr()), peer.LocalAddr(), request(node), &resp))
+				done <- &resp
+			}()
+			answer(t, peer, false)
+			if tc.peerStands {
+				go func() {
+					var resp raft.RequestPreVoteResponse
+					assert.NoError(t, peer.RequestPreVote(raft.ServerID(node.LocalAddr()), node.LocalAddr(), request(peer), &resp))
+				}()
+				answer(t, node, tc.nodeGrants)
+			}
+			if tc.granted {
+				answer(t, peer, true)
+			}
+			select {
+			case resp := <-done:
+				assert.Equal(t, tc.granted, resp.Granted)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the node's pre-vote got no answer")
+			}
+			select {
+			case rpc := <-peer.Consumer():
+				rpc.Respond(&raft.RequestPreVoteResponse{Term: 6}, nil)
+				t.Fatal("the node asked the peer once more than it should")
+			default:
+			}
+		})
+	}
 }
