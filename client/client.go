@@ -44,6 +44,13 @@ type Config struct {
 	// AdminToken is sent with admin RPCs (moonraftpb.AdminMethod) as
 	// "authorization: Bearer <token>"; data RPCs never carry it.
 	AdminToken string
+	// LeaderCheckAfter is how long a call waits at one endpoint before the
+	// client asks every endpoint for its status (default 400 ms; negative:
+	// never). Once the endpoint does not answer and another serves as the
+	// leader, the call is ended as if its connection had failed after it
+	// was sent (see the package doc): a leader that died or stopped answers
+	// nothing.
+	LeaderCheckAfter time.Duration
 	// MaxMessageBytes caps a request (default moonraftpb.MaxMessageBytes, at
 	// least moonraftpb.MinMessageBytes); a larger one fails with INVALID_PARAMS before it is
 	// sent. Answers may be up to four times as large.
@@ -53,15 +60,16 @@ type Config struct {
 // Client calls a moonraft cluster: it finds the leader, follows NOT_LEADER
 // answers and retries what is safe to retry (see the package doc).
 type Client struct {
-	maxBackoff, connectTimeout time.Duration
-	dialOpts                   []grpc.DialOption
-	maxSend, maxRecv           int
+	maxBackoff, connectTimeout, checkAfter time.Duration
+	dialOpts                               []grpc.DialOption
+	maxSend, maxRecv                       int
 
 	mu        sync.Mutex
 	endpoints []string
 	conns     map[string]*grpc.ClientConn
 	current   string // the endpoint tried first: the last known leader
 	closed    bool
+	checks    map[string]*leaderCheck // by the endpoint that does not answer
 }
 
 // Dial returns a Client for cfg. It does not connect: connections are made
@@ -70,7 +78,12 @@ func Dial(cfg Config) (*Client, error) {
 	c := &Client{
 		maxBackoff:     cfg.MaxBackoff,
 		connectTimeout: cfg.ConnectTimeout,
+		checkAfter:     cfg.LeaderCheckAfter,
 		conns:          map[string]*grpc.ClientConn{},
+		checks:         map[string]*leaderCheck{},
+	}
+	if c.checkAfter == 0 {
+		c.checkAfter = defaultLeaderCheckAfter
 	}
 	if c.maxBackoff <= 0 {
 		c.maxBackoff = defaultMaxBackoff

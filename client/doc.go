@@ -35,14 +35,25 @@
 // within the round, thousands of clients that pinged during an election
 // came back to the new leader in the same few hundred milliseconds.
 //
+// A call that has waited Config.LeaderCheckAfter (400 ms) at one endpoint
+// has the client ask every endpoint for its status, once for all such
+// calls, and again every quarter of that while it waits. Once the endpoint
+// does not answer and another serves as the leader, the client follows
+// that one and the call is ended as if its connection had failed after it
+// was sent (below): a leader that died answers nothing, and its connection
+// fails only once its kernel has freed its memory (a second or more for a
+// large master), or never if its host crashed. An endpoint that answers
+// its status answers the call too, in time.
+//
 // What may be retried depends on whether the request can have been applied:
 //
 //   - A request answered NOT_LEADER or UNAVAILABLE_IN_CURRENT_STATUS was not
 //     applied, nor one that never got onto a connection (gRPC reports no
 //     peer for it: the dial failed, or the endpoint was not connected
 //     within Config.ConnectTimeout). Every RPC is retried on these.
-//   - A request whose connection failed after it was sent, or whose deadline
-//     passed in flight, may have been applied. Idempotent RPCs are retried:
+//   - A request whose connection failed after it was sent, whose deadline
+//     passed in flight, or that was ended because another node leads, may
+//     have been applied. Idempotent RPCs are retried:
 //     reads, Ping, MountSegment, ReMountSegment, PutEnd (ending a complete
 //     object again is OK), Members, AddVoter, RemoveServer, and
 //     SnapshotSave until its first byte is written. The others — PutStart,

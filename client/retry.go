@@ -63,7 +63,7 @@ func (c *Client) do(ctx context.Context, mode retryMode, attempt attemptFunc) er
 		var st *moonraftpb.Status
 		if c.ready(ctx, cc) {
 			var p peer.Peer
-			st, err = attempt(ctx, moonraftpb.NewMasterClient(cc), grpc.Peer(&p))
+			st, err = c.watched(ctx, ep, moonraftpb.NewMasterClient(cc), grpc.Peer(&p), attempt)
 			if err != nil && moonraftpb.DetailStatus(err) != nil {
 				st, err = moonraftpb.DetailStatus(err), nil
 			}
@@ -156,9 +156,15 @@ func (c *Client) rpcError(ep string, err error, sent, idempotent bool) (error, b
 		return moonraftpb.ErrorOf(st), st.GetRetryable()
 	}
 	s := status.Convert(err)
+	_, moved := errors.AsType[leaderMoved](err)
 	switch {
 	case !sent:
 		return errcode.New(errcode.UnavailableInCurrentStatus, "cannot reach %s: %s", ep, s.Message()), true
+	case moved && !idempotent:
+		return errcode.New(errcode.OutcomeUnknown,
+			"outcome unknown: %v, so the request may have been applied; check with GetReplicaList/ExistKey before retrying", err), false
+	case moved:
+		return errcode.New(errcode.UnavailableInCurrentStatus, "%v", err), true
 	case c.refusedForSize(s):
 		return errcode.New(errcode.InvalidParams, "%s refused the request: it is over the server's message size limit (%s); it was not applied", ep, s.Message()), false
 	case !idempotent:

@@ -1,0 +1,168 @@
+package client
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/moonraft/moonraft/errcode"
+	moonraftpb "github.com/moonraft/moonraft/transport/proto"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+)
+
+// leaderMaster is a master as its clients see it: a dead or stopped one
+// takes calls and never answers them; a slow one answers its status but not
+// its calls; a live one answers both. Its status says whether it serves as
+// the leader.
+type leaderMaster struct {
+	moonraftpb.UnimplementedMasterServer
+	addr          string
+	answersStatus bool
+	answersCalls  bool
+	promoted      bool
+	statuses      atomic.Int32 // Status calls taken
+	calls         atomic.Int32 // other calls taken
+}
+
+func (m *leaderMaster) wait(ctx context.Context) error {
+	m.calls.Add(1)
+	if !m.answersCalls {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (m *leaderMaster) PutStart(ctx context.Context, _ *moonraftpb.PutStartRequest) (*moonraftpb.PutStartResponse, error) {
+	if err := m.wait(ctx); err != nil {
+		return nil, err
+	}
+	return &moonraftpb.PutStartResponse{Status: &moonraftpb.Status{}}, nil
+}
+
+func (m *leaderMaster) ExistKey(ctx context.Context, _ *moonraftpb.ExistKeyRequest) (*moonraftpb.ExistKeyResponse, error) {
+	if err := m.wait(ctx); err != nil {
+		return nil, err
+	}
+	return &moonraftpb.ExistKeyResponse{Status: &moonraftpb.Status{}, Exists: true}, nil
+}
+
+func (m *leaderMaster) Status(ctx context.Context, _ *moonraftpb.StatusRequest) (*moonraftpb.StatusResponse, error) {
+	m.statuses.Add(1)
+	if !m.answersStatus {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return &moonraftpb.StatusResponse{Status: &moonraftpb.Status{}, Node: &moonraftpb.NodeStatus{Promoted: m.promoted, GrpcAddr: m.addr}}, nil
+}
+
+// serveMaster runs m on a loopback port and sets its address.
+func serveMaster(t *testing.T, m *leaderMaster) string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	m.addr = lis.Addr().String()
+	s := grpc.NewServer()
+	moonraftpb.RegisterMasterServer(s, m)
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return m.addr
+}
+
+// TestLeaderCheck: a call that waits at an endpoint which takes it and
+// answers nothing, not even its status, is ended once another endpoint
+// serves as the leader, as if its connection had failed after it was sent —
+// a write with OUTCOME_UNKNOWN, a read retried at the new leader — and the
+// client follows that leader. Not while the endpoint answers its status
+// (alive: it will answer the call, whether it leads or not), and not with
+// the check off.
+func TestLeaderCheck(t *testing.T) {
+	const deadline = 2 * time.Second
+	for _, tc := range []struct {
+		name          string
+		stuckStatus   bool // the stuck endpoint answers its status
+		stuckPromoted bool // saying it serves as the leader
+		checkAfter    time.Duration
+		ended         bool // before the deadline
+		writeCode     errcode.Code
+		readAnswered  bool
+	}{
+		{"a dead leader", false, false, 0, true, errcode.OutcomeUnknown, true},
+		{"a slow leader", true, true, 0, false, errcode.OutcomeUnknown, false},
+		{"a follower, or a deposed leader", true, false, 0, false, errcode.OutcomeUnknown, false},
+		{"the check off", false, false, -1, false, errcode.OutcomeUnknown, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stuckAddr := serveMaster(t, &leaderMaster{answersStatus: tc.stuckStatus, promoted: tc.stuckPromoted})
+			leader := &leaderMaster{answersStatus: true, answersCalls: true, promoted: true}
+			leaderAddr := serveMaster(t, leader)
+			dialWith := func() *Client {
+				c, err := Dial(Config{Endpoints: []string{stuckAddr, leaderAddr}, LeaderCheckAfter: tc.checkAfter})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			}
+
+			c := dialWith()
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			start := time.Now()
+			_, err := c.PutStart(ctx, "k", []uint64{1}, ReplicateConfig{ReplicaNum: 1}, "c1")
+			took := time.Since(start)
+			cancel()
+			assert.Equal(t, tc.writeCode, errcode.Of(err), "%v", err)
+			if tc.ended {
+				assert.Less(t, took, deadline/2, "the write waited %v at the endpoint that does not answer", took)
+				assert.Contains(t, err.Error(), "serves as the leader")
+				assert.Equal(t, leaderAddr, c.pick(), "the client tries the new leader first")
+			} else {
+				assert.GreaterOrEqual(t, took, deadline-100*time.Millisecond, "the write was ended after %v", took)
+			}
+
+			c = dialWith()
+			ctx, cancel = context.WithTimeout(context.Background(), deadline)
+			exists, _, err := c.ExistKey(ctx, "k")
+			cancel()
+			if tc.readAnswered {
+				require.NoError(t, err)
+				assert.True(t, exists, "answered by the new leader")
+			} else {
+				assert.Error(t, err)
+			}
+		})
+	}
+}
+
+// TestLeaderCheckShared: the calls that wait on one endpoint together ask
+// the others who leads once a round, not once each.
+func TestLeaderCheckShared(t *testing.T) {
+	stuck := &leaderMaster{}
+	stuckAddr := serveMaster(t, stuck)
+	// The other endpoint answers its status but serves as no leader, so
+	// the calls wait to their deadline, checking all along.
+	follower := &leaderMaster{answersStatus: true}
+	followerAddr := serveMaster(t, follower)
+	const checkAfter, wait = 100 * time.Millisecond, time.Second
+	c, err := Dial(Config{Endpoints: []string{stuckAddr, followerAddr}, LeaderCheckAfter: checkAfter})
+	require.NoError(t, err)
+	defer c.Close()
+	const calls = 20
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			_, _ = c.PutStart(ctx, "k", []uint64{1}, ReplicateConfig{ReplicaNum: 1}, "c1")
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, calls, stuck.calls.Load(), "every call waited at the stuck endpoint")
+	// A round every quarter of checkAfter from checkAfter on: 37 rounds in
+	// the second; each call on its own would have asked 37 times.
+	rounds := int32((wait-checkAfter)/(checkAfter/4)) + 1
+	assert.Positive(t, follower.statuses.Load())
+	assert.LessOrEqual(t, follower.statuses.Load(), rounds, "the follower was asked %d times", follower.statuses.Load())
+}
