@@ -376,7 +376,7 @@ func (n *Node) startRaft(ctx context.Context) error {
 	n.raft = r
 	n.trans.FastHeartbeats(func(term uint64) bool { return r.State() == raft.Follower && r.CurrentTerm() == term })
 	n.trans.BeforePreVote(n.dropSilentLeader)
-	n.trans.YieldPreVotes(n.cfg.ElectionTimeout)
+	n.trans.CoordinatePreVotes(n.cfg.ElectionTimeout)
 	return nil
 }
 

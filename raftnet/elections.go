@@ -28,13 +28,13 @@ import (
 //   - A candidate refused by a peer asks it again once the peer has stood
 //     (sent a pre-vote request of its own) and raft has refused that: the
 //     peer no longer knows a leader, and the candidate's log is the longer.
-//     Within YieldPreVotes' span.
+//     Within CoordinatePreVotes' span.
 //   - A node that granted a pre-vote to a peer whose log is at least as
-//     long as its own, within YieldPreVotes' span, does not ask that peer
-//     for a pre-vote of its own: the peer needs only this node's vote to
-//     win, and had both asked each other, both would win the pre-vote and
-//     split the real vote. It counts as refused. A node that refused the
-//     peer asks it as before.
+//     long as its own does not ask that peer for a pre-vote of its own
+//     (within CoordinatePreVotes' span): the peer needs only this node's
+//     vote to win, and had both asked each other, both would win the
+//     pre-vote and split the real vote. It counts as refused. A node that
+//     refused the peer asks it as before.
 
 // candidacy is the last request for a pre-vote a peer sent, and the
 // node's answer once raft has given it.
@@ -57,10 +57,11 @@ const maxCandidates = 64
 // request reaches raft's main loop; raft reads no other RPC meanwhile.
 func (t *Transport) BeforePreVote(fn func()) { t.beforePreVote.Store(&fn) }
 
-// YieldPreVotes has the node not ask a peer for a pre-vote once that peer
-// has asked it for one, or for a vote, within span, with a log at least as
-// long as the node's. Until it is called the node asks every peer.
-func (t *Transport) YieldPreVotes(span time.Duration) { t.yieldSpan.Store(int64(span)) }
+// CoordinatePreVotes turns on the second and third rules above, each
+// within span of the peer's request: a node asks a peer that refused it
+// again once the peer has stood and been refused, and does not ask a peer
+// it granted. Until it is called the node asks every peer once.
+func (t *Transport) CoordinatePreVotes(span time.Duration) { t.span.Store(int64(span)) }
 
 // noteCandidacy records a request for a pre-vote, has the node's answer
 // recorded when raft gives it, and runs the BeforePreVote hook before the
@@ -101,9 +102,9 @@ func (t *Transport) noteCandidacy(rpc *raft.RPC) {
 }
 
 // yields reports whether the node should not ask peer id for the pre-vote
-// args describes (see YieldPreVotes).
+// args describes (see CoordinatePreVotes).
 func (t *Transport) yields(id raft.ServerID, args *raft.RequestPreVoteRequest) bool {
-	span := time.Duration(t.yieldSpan.Load())
+	span := time.Duration(t.span.Load())
 	if span <= 0 {
 		return false
 	}
@@ -126,10 +127,10 @@ func (t *Transport) yields(id raft.ServerID, args *raft.RequestPreVoteRequest) b
 	}
 }
 
-// refusedSince waits, for up to the yield span, for peer id to ask for a
+// refusedSince waits, for up to the span, for peer id to ask for a
 // pre-vote after since, and reports whether raft refused it.
 func (t *Transport) refusedSince(id raft.ServerID, since time.Time) bool {
-	span := time.Duration(t.yieldSpan.Load())
+	span := time.Duration(t.span.Load())
 	if span <= 0 {
 		return false
 	}

@@ -52,7 +52,7 @@ type Transport struct {
 
 	// Elections (elections.go).
 	beforePreVote atomic.Pointer[func()]
-	yieldSpan     atomic.Int64 // a time.Duration
+	span          atomic.Int64 // CoordinatePreVotes', a time.Duration
 	candidatesMu  sync.Mutex
 	candidates    map[string]*candidacy // by peer ID
 	noted         chan struct{}         // closed, and replaced, when a candidacy is noted

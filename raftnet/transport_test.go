@@ -133,7 +133,7 @@ func TestHeartbeatsReachTheMainLoop(t *testing.T) {
 // TestPreVoteHooks: a pre-vote request runs the BeforePreVote hook before
 // it reaches raft's main loop. A node that granted a peer's pre-vote, the
 // peer's log being at least as long as its own, does not ask that peer for
-// a pre-vote within the yield span; it asks a peer it refused, a peer with
+// a pre-vote within the span; it asks a peer it refused, a peer with
 // a shorter log, one that asked for an older term, and any peer once the
 // span is over.
 func TestPreVoteHooks(t *testing.T) {
@@ -148,7 +148,7 @@ func TestPreVoteHooks(t *testing.T) {
 	var hooked atomic.Bool
 	node.BeforePreVote(func() { hooked.Store(true) })
 	const span = 300 * time.Millisecond
-	node.YieldPreVotes(span)
+	node.CoordinatePreVotes(span)
 
 	preVote := func(from, to *Transport, term, lastTerm, lastIndex uint64) (*raft.RequestPreVoteResponse, error) {
 		req := &raft.RequestPreVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax,
@@ -271,7 +271,7 @@ func TestPreVoteAskedAgain(t *testing.T) {
 		tr, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, time.Second, io.Discard)
 		require.NoError(t, err)
 		g := guard(tr)
-		g.YieldPreVotes(span)
+		g.CoordinatePreVotes(span)
 		t.Cleanup(func() { _ = g.Close() })
 		return g
 	}
