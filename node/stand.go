@@ -48,14 +48,14 @@ func (n *Node) standWhenSilent(ctx context.Context) {
 		// The current timeout, not the configured one: holdElections may
 		// have lengthened it.
 		hb := n.raft.ReloadableConfig().HeartbeatTimeout
-		silent := time.Since(last)
+		silent, wait := time.Since(last), hb+jitter
 		if time.Since(time.Unix(0, n.candidateAsked.Load())) < hb {
 			// A candidate stands already: this node joins the election
 			// the moment it may, so that the candidate is not refused
 			// twice (raftnet/elections.go).
-			jitter = 0
+			wait = hb
 		}
-		if silent < hb+jitter {
+		if silent < wait {
 			continue
 		}
 		n.log.Info("the leader is silent: looking for it now instead of at Raft's next random check",
