@@ -145,6 +145,27 @@ func (b *Batcher) Ping(clientID string, atMs int64) {
 	s.mu.Unlock()
 }
 
+// Requeue puts back what a drain took for a Tick that may not have reached
+// the log (its proposal failed): the next flush must still bring every
+// lease a read returned to the log before a removal, or the removal breaks
+// it. A renewal or ping logged twice changes nothing, so it does not matter
+// whether the Tick was logged after all. A put-back renewal waits for a
+// flush, as every renewal of a key that is not soft-pinned does.
+func (b *Batcher) Requeue(renewals []Renewal, pings []Ping) {
+	for _, r := range renewals {
+		s, h := b.shard(r.Key)
+		s.mu.Lock()
+		s.recent = append(s.recent, recorded{key: r.Key, hash: h, p: promise{atMs: r.AtMs}})
+		if len(s.recent) >= maxRecent {
+			s.merge()
+		}
+		s.mu.Unlock()
+	}
+	for _, p := range pings {
+		b.Ping(p.ClientID, p.AtMs)
+	}
+}
+
 // Drain takes everything recorded so far — what a Tick needs before a
 // removal or an eviction, which must see every lease a read returned —
 // sorted by key and by client id so that the Tick's bytes do not depend on

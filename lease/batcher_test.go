@@ -298,3 +298,32 @@ func BenchmarkBatcherRenewMerge(b *testing.B) {
 		}
 	}
 }
+
+// TestBatcherRequeue: what a drain took for a Tick that failed comes back
+// whole with the next flush, merged with what was recorded meanwhile (the
+// latest time of each), and waits for a flush as any renewal of a key that
+// is not soft-pinned does.
+func TestBatcherRequeue(t *testing.T) {
+	b := lease.NewBatcher(1000, 1000, nil)
+	b.Renew("a", 10, 0, 5_010, false)
+	b.Renew("b", 20, 0, 5_020, true)
+	b.Ping("c1", 30)
+	renewals, pings := b.Drain()
+	require.Len(t, renewals, 2)
+	require.Len(t, pings, 1)
+
+	b.Renew("a", 15, 0, 5_015, false) // recorded while the Tick failed
+	b.Ping("c1", 25)
+	b.Requeue(renewals, pings)
+
+	r, p := b.DrainDue()
+	assert.Empty(t, r, "put back, a renewal waits for a flush")
+	assert.Equal(t, []lease.Ping{{ClientID: "c1", AtMs: 30}}, p, "pings go with every tick")
+	b.Requeue(nil, p)
+	r, p = b.Drain()
+	assert.Equal(t, []lease.Renewal{{Key: "a", AtMs: 15}, {Key: "b", AtMs: 20}}, r)
+	assert.Equal(t, []lease.Ping{{ClientID: "c1", AtMs: 30}}, p)
+	r, p = b.Drain()
+	assert.Empty(t, r)
+	assert.Empty(t, p)
+}

@@ -181,8 +181,15 @@ func (n *Node) tick(ctx context.Context, flush bool) (fsm.Result, error) {
 	start := time.Now()
 	r, err := n.apply(ctx, &fsm.Tick{NowMs: now, Renewals: renewals, Pings: pings, Evict: evict, ExpireMax: expireMax})
 	n.metrics.tickDur.Observe(time.Since(start).Seconds())
-	if err != nil || !drain {
+	if err != nil {
+		// The Tick may not be in the log (a proposal that timed out before
+		// Raft took it): the leases it carried must reach the next flush
+		// (RELIABILITY finding 30).
+		n.batcher.Requeue(renewals, pings)
 		return r, err
+	}
+	if !drain {
+		return r, nil
 	}
 	n.lastDrain = time.Now()
 	d, err := n.apply(ctx, &fsm.DrainSegments{NowMs: now})

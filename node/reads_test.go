@@ -355,6 +355,37 @@ func TestNoRaftEntryPerRead(t *testing.T) {
 	assert.Zero(t, waiting, "a soft-pinned key's renewal goes with the next regular tick")
 }
 
+// TestFailedFlushKeepsLeases: a flush whose Tick never reached the log
+// (its proposal's deadline passed) puts the renewals it took back, so the
+// next removal's flush still logs the lease a read returned and the
+// removal is refused (RELIABILITY finding 30: a removal broke a lease under
+// slow log writes).
+func TestFailedFlushKeepsLeases(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	c := newCluster(t, 3, time.Hour, func(cfg *Config) { cfg.Now = clock.Load })
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	put(t, nd, "k")
+	// Past the lease Promote granted every object: only the read's holds.
+	clock.Add(2 * nd.cfg.Params.LeaseTTLMs)
+	_, err := nd.Ping(ctx(t), "c1")
+	require.NoError(t, err)
+	_, _, err = nd.GetReplicaList(ctx(t), "k")
+	require.NoError(t, err)
+
+	expired, cancel := context.WithDeadline(ctx(t), time.Now().Add(-time.Second))
+	defer cancel()
+	_, err = nd.tick(expired, true)
+	require.Error(t, err, "a flush past its deadline is not proposed")
+	waiting, _ := nd.batcher.Len()
+	assert.Equal(t, 1, waiting, "the renewal it took waits again")
+
+	r, err := nd.Propose(ctx(t), &fsm.Remove{NowMs: clock.Load(), Key: "k"})
+	require.NoError(t, err)
+	assert.Equal(t, errcode.ObjectHasLease, r.Code(), "the next removal's flush logged the lease the read returned")
+}
+
 // leaseOf returns the read lease nd's state gives key.
 func leaseOf(nd *Node, key string) (leaseMs int64, ok bool) {
 	nd.sm.read(func(f *fsm.FSM) { leaseMs, _, ok = f.Lease(key) })
