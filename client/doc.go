@@ -36,8 +36,9 @@
 // came back to the new leader in the same few hundred milliseconds.
 //
 // A call that has waited Config.LeaderCheckAfter (400 ms) at one endpoint
-// has the client ask every endpoint for its status, once for all such
-// calls, and again every quarter of that while it waits. Once the endpoint
+// has the client ask every endpoint for its status, and again every
+// quarter of that while it waits; one round of asking serves every call
+// that waits meanwhile or within a quarter of that after it. Once the endpoint
 // does not answer and another serves as the leader, the client follows
 // that one and the call is ended as if its connection had failed after it
 // was sent (below): a leader that died answers nothing, and its connection

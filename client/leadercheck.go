@@ -32,11 +32,13 @@ const defaultLeaderCheckAfter = 400 * time.Millisecond
 // longer answers is ended once another node leads.
 var errLeaderMoved = errors.New("another node leads")
 
-// leaderCheck is one round of asking the other endpoints who leads, shared
-// by every call that waits on the same endpoint meanwhile.
+// leaderCheck is one round of asking the endpoints who leads, shared by
+// every call that waits on the same endpoint meanwhile or within a quarter
+// of checkAfter after it.
 type leaderCheck struct {
 	done   chan struct{}
-	leader string // "" when none of them serves as the leader
+	leader string    // "" when none of them serves as the leader
+	at     time.Time // when the answer came
 }
 
 // watched runs attempt at ep and ends it with errLeaderMoved (its
@@ -85,18 +87,21 @@ func (e leaderMoved) Unwrap() error { return e.cause }
 // another address too) answers them.
 func (c *Client) leaderElsewhere(ctx context.Context, ep string) string {
 	c.mu.Lock()
-	chk, running := c.checks[ep]
-	if !running {
+	chk, ok := c.checks[ep]
+	// Calls wait on ep from different moments, each looking every quarter
+	// of checkAfter: an answer that recent serves them all.
+	fresh := ok && (chk.at.IsZero() || time.Since(chk.at) < c.checkAfter/4)
+	if !fresh {
 		chk = &leaderCheck{done: make(chan struct{})}
 		c.checks[ep] = chk
 	}
 	endpoints := slices.Clone(c.endpoints)
 	c.mu.Unlock()
-	if !running {
+	if !fresh {
 		// Not bound to this call's context: others wait for the answer.
-		chk.leader = c.askLeader(ep, endpoints)
+		leader := c.askLeader(ep, endpoints)
 		c.mu.Lock()
-		delete(c.checks, ep)
+		chk.leader, chk.at = leader, time.Now()
 		c.mu.Unlock()
 		close(chk.done)
 	}

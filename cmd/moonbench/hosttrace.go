@@ -22,9 +22,10 @@ type hostSample struct {
 	// ksoftirqdWait is the ksoftirqd threads' total wait for a CPU so far
 	// (schedstat's run delay).
 	ksoftirqdWait time.Duration
-	// softirq and steal are every CPU's time in softirqs, and taken by the
-	// hypervisor, so far (/proc/stat).
-	softirq, steal time.Duration
+	// system, softirq and steal are every CPU's time in the kernel (a
+	// dying process's memory is freed there), in softirqs, and taken by
+	// the hypervisor, so far (/proc/stat).
+	system, softirq, steal time.Duration
 	// squeezed is how often a NET_RX softirq ran out of its budget with
 	// packets left (softnet_stat's time_squeeze).
 	squeezed uint64
@@ -33,6 +34,7 @@ type hostSample struct {
 // hostWindow is what the host's counters did over a span.
 type hostWindow struct {
 	Ms              float64 `json:"ms"`
+	SystemMs        float64 `json:"system_ms"`
 	KsoftirqdWaitMs float64 `json:"ksoftirqd_wait_ms"`
 	SoftirqMs       float64 `json:"softirq_ms"`
 	StealMs         float64 `json:"steal_ms"`
@@ -57,6 +59,7 @@ func hostBetween(samples []hostSample, from, to time.Time) hostWindow {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	return hostWindow{
 		Ms:              ms(b.at.Sub(a.at)),
+		SystemMs:        ms(b.system - a.system),
 		KsoftirqdWaitMs: ms(b.ksoftirqdWait - a.ksoftirqdWait),
 		SoftirqMs:       ms(b.softirq - a.softirq),
 		StealMs:         ms(b.steal - a.steal),
@@ -135,8 +138,8 @@ func readHost(schedstats []string) (hostSample, error) {
 	if len(f) < 9 || f[0] != "cpu" {
 		return s, fmt.Errorf("/proc/stat: %q", sc.Text())
 	}
-	for i, d := range []*time.Duration{&s.softirq, &s.steal} {
-		ticks, err := strconv.ParseInt(f[7+i], 10, 64)
+	for i, d := range map[int]*time.Duration{3: &s.system, 7: &s.softirq, 8: &s.steal} {
+		ticks, err := strconv.ParseInt(f[i], 10, 64)
 		if err != nil {
 			return s, fmt.Errorf("/proc/stat: %v", err)
 		}

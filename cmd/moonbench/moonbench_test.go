@@ -349,12 +349,12 @@ func TestScaleReport(t *testing.T) {
 
 	r.FailoverMs, r.FailoverMaxMs, r.Kills = 500, 1070, []killResult{{FailoverMs: 1070,
 		Followers: []followerTrace{{ID: "n0", LogAppends: 12, SlowestAppendMs: 512, LastContactMs: 480}},
-		Host:      hostWindow{Ms: 600, KsoftirqdWaitMs: 410, SoftirqMs: 90, StealMs: 3, Squeezed: 7}}, {FailoverMs: 500}}
+		Host:      hostWindow{Ms: 600, SystemMs: 700, KsoftirqdWaitMs: 410, SoftirqMs: 90, StealMs: 3, Squeezed: 7}}, {FailoverMs: 500}}
 	out.Reset()
 	r.print(&out)
 	assert.Contains(t, out.String(), "failover 500 ms to the next answered write (0 ms to a promoted leader), the median of 2 kills, the slowest 1070 ms")
 	assert.Regexp(t, `kill 1: the next write answered at 1070 ms.*\n    n0 last heard from the leader at 480 ms; .* 12 log writes, the slowest within 512 ms`, out.String())
-	assert.Contains(t, out.String(), "host from the kill to the promotion (600 ms): ksoftirqd waited 410 ms for a CPU, softirqs took 90 ms, the hypervisor 3 ms; 7 softirqs out of budget")
+	assert.Contains(t, out.String(), "host from the kill to the promotion (600 ms): the kernel took 700 ms of CPU, softirqs 90 ms, the hypervisor 3 ms; ksoftirqd waited 410 ms for a CPU; 7 softirqs out of budget")
 }
 
 // TestFollowerAtKill: a follower's samples around a kill tell how far its
@@ -435,14 +435,14 @@ func TestHostBetween(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	samples := []hostSample{
-		{at: at(0), ksoftirqdWait: time.Second, softirq: 2 * time.Second, steal: 0, squeezed: 10},
-		{at: at(20), ksoftirqdWait: time.Second + 5*time.Millisecond, softirq: 2*time.Second + 10*time.Millisecond, squeezed: 11},
-		{at: at(500), ksoftirqdWait: 1400 * time.Millisecond, softirq: 2100 * time.Millisecond, steal: 30 * time.Millisecond, squeezed: 15},
-		{at: at(520), ksoftirqdWait: 1500 * time.Millisecond, softirq: 2200 * time.Millisecond, steal: 40 * time.Millisecond, squeezed: 20},
+		{at: at(0), system: time.Second, ksoftirqdWait: time.Second, softirq: 2 * time.Second, steal: 0, squeezed: 10},
+		{at: at(20), system: time.Second, ksoftirqdWait: time.Second + 5*time.Millisecond, softirq: 2*time.Second + 10*time.Millisecond, squeezed: 11},
+		{at: at(500), system: 1600 * time.Millisecond, ksoftirqdWait: 1400 * time.Millisecond, softirq: 2100 * time.Millisecond, steal: 30 * time.Millisecond, squeezed: 15},
+		{at: at(520), system: 1610 * time.Millisecond, ksoftirqdWait: 1500 * time.Millisecond, softirq: 2200 * time.Millisecond, steal: 40 * time.Millisecond, squeezed: 20},
 	}
-	assert.Equal(t, hostWindow{Ms: 480, KsoftirqdWaitMs: 395, SoftirqMs: 90, StealMs: 30, Squeezed: 4}, hostBetween(samples, at(30), at(490)),
+	assert.Equal(t, hostWindow{Ms: 480, SystemMs: 600, KsoftirqdWaitMs: 395, SoftirqMs: 90, StealMs: 30, Squeezed: 4}, hostBetween(samples, at(30), at(490)),
 		"from the sample before the start to the one after the end")
-	assert.Equal(t, hostWindow{Ms: 20, KsoftirqdWaitMs: 100, SoftirqMs: 100, StealMs: 10, Squeezed: 5}, hostBetween(samples, at(500), at(520)))
+	assert.Equal(t, hostWindow{Ms: 20, SystemMs: 10, KsoftirqdWaitMs: 100, SoftirqMs: 100, StealMs: 10, Squeezed: 5}, hostBetween(samples, at(500), at(520)))
 	assert.Zero(t, hostBetween(samples, at(-10), at(400)), "no sample before the start")
 	assert.Zero(t, hostBetween(samples, at(100), at(600)), "none after the end")
 }
@@ -458,6 +458,7 @@ func TestReadHost(t *testing.T) {
 	assert.False(t, samples[len(samples)-1].at.Before(stopped), "a last sample when stopped, so a span may end then")
 	first, last := samples[0], samples[len(samples)-1]
 	assert.Positive(t, last.softirq, "softirq time since boot")
+	assert.Positive(t, last.system, "kernel time since boot")
 	assert.GreaterOrEqual(t, last.ksoftirqdWait, first.ksoftirqdWait)
 	assert.GreaterOrEqual(t, last.squeezed, first.squeezed)
 	_, err := readHost([]string{"/proc/nonexistent/schedstat"})

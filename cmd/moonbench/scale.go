@@ -722,8 +722,8 @@ func (r *scaleResult) print(w io.Writer) {
 			span string
 			w    hostWindow
 		}{{"from the kill to the promotion", kr.Host}, {"in the 2 s before the kill", kr.HostBefore}} {
-			fmt.Fprintf(w, "    host %s (%.0f ms): ksoftirqd waited %.0f ms for a CPU, softirqs took %.0f ms, the hypervisor %.0f ms; %d softirqs out of budget\n",
-				h.span, h.w.Ms, h.w.KsoftirqdWaitMs, h.w.SoftirqMs, h.w.StealMs, h.w.Squeezed)
+			fmt.Fprintf(w, "    host %s (%.0f ms): the kernel took %.0f ms of CPU, softirqs %.0f ms, the hypervisor %.0f ms; ksoftirqd waited %.0f ms for a CPU; %d softirqs out of budget\n",
+				h.span, h.w.Ms, h.w.SystemMs, h.w.SoftirqMs, h.w.StealMs, h.w.KsoftirqdWaitMs, h.w.Squeezed)
 		}
 	}
 }
