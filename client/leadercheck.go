@@ -79,7 +79,8 @@ func (e leaderMoved) Error() string { return e.cause.Error() }
 func (e leaderMoved) Unwrap() error { return e.cause }
 
 // leaderElsewhere asks every endpoint for its status, once for all the
-// calls that wait on ep meanwhile, and returns the address of another that
+// calls that wait on ep meanwhile or within a quarter of checkAfter after
+// the answer, and returns the address of another that
 // serves as the leader, if ep does not answer ("" otherwise, or if ctx
 // ended first). An ep that answers is alive, and will answer the calls it
 // holds: a follower holding them through an election redirects them, a
