@@ -67,16 +67,10 @@ func (c *Client) watched(ctx context.Context, ep string, mc moonraftpb.MasterCli
 	defer t.Stop()
 	st, err := attempt(actx, mc, sent)
 	if cause := context.Cause(actx); err != nil && ctx.Err() == nil && errors.Is(cause, errLeaderMoved) {
-		return nil, leaderMoved{cause}
+		return nil, cause
 	}
 	return st, err
 }
-
-// leaderMoved is an attempt ended by errLeaderMoved.
-type leaderMoved struct{ cause error }
-
-func (e leaderMoved) Error() string { return e.cause.Error() }
-func (e leaderMoved) Unwrap() error { return e.cause }
 
 // leaderElsewhere asks every endpoint for its status, once for all the
 // calls that wait on ep meanwhile or within a quarter of checkAfter after

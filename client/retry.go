@@ -156,7 +156,7 @@ func (c *Client) rpcError(ep string, err error, sent, idempotent bool) (error, b
 		return moonraftpb.ErrorOf(st), st.GetRetryable()
 	}
 	s := status.Convert(err)
-	_, moved := errors.AsType[leaderMoved](err)
+	moved := errors.Is(err, errLeaderMoved)
 	switch {
 	case !sent:
 		return errcode.New(errcode.UnavailableInCurrentStatus, "cannot reach %s: %s", ep, s.Message()), true

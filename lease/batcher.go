@@ -113,9 +113,13 @@ func (b *Batcher) shard(s string) (*shard, uint64) {
 // softPin whether the object is soft-pinned. Until a flush takes it, the
 // removal flush and the read gate keep the returned lease (node/gate.go).
 func (b *Batcher) Renew(key string, atMs, loggedMs, untilMs int64, softPin bool) {
+	b.record(key, promise{atMs: atMs, loggedMs: loggedMs, untilMs: untilMs}, softPin)
+}
+
+func (b *Batcher) record(key string, p promise, softPin bool) {
 	s, h := b.shard(key)
 	s.mu.Lock()
-	s.recent = append(s.recent, recorded{key: key, hash: h, p: promise{atMs: atMs, loggedMs: loggedMs, untilMs: untilMs}, softPin: softPin})
+	s.recent = append(s.recent, recorded{key: key, hash: h, p: p, softPin: softPin})
 	if len(s.recent) >= maxRecent {
 		s.merge()
 	}
@@ -153,13 +157,7 @@ func (b *Batcher) Ping(clientID string, atMs int64) {
 // flush, as every renewal of a key that is not soft-pinned does.
 func (b *Batcher) Requeue(renewals []Renewal, pings []Ping) {
 	for _, r := range renewals {
-		s, h := b.shard(r.Key)
-		s.mu.Lock()
-		s.recent = append(s.recent, recorded{key: r.Key, hash: h, p: promise{atMs: r.AtMs}})
-		if len(s.recent) >= maxRecent {
-			s.merge()
-		}
-		s.mu.Unlock()
+		b.record(r.Key, promise{atMs: r.AtMs}, false)
 	}
 	for _, p := range pings {
 		b.Ping(p.ClientID, p.AtMs)
