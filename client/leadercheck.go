@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
@@ -109,23 +108,44 @@ func (c *Client) leaderElsewhere(ctx context.Context, ep string) string {
 }
 
 // askLeader asks each endpoint, at once and for at most checkAfter, for its
-// status (see leaderElsewhere).
+// status (see leaderElsewhere). It does not wait out ep's: once another
+// endpoint serves as the leader, ep has a quarter of checkAfter from the
+// start of the round to answer (a live node answers its status in
+// milliseconds; a dead one's would only time out).
 func (c *Client) askLeader(ep string, endpoints []string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), c.checkAfter)
 	defer cancel()
-	sts := make([]*moonraftpb.NodeStatus, len(endpoints))
-	var wg sync.WaitGroup
-	for i, e := range endpoints {
-		wg.Go(func() { sts[i], _ = c.Progress(ctx, e) })
+	type answer struct {
+		endpoint string
+		st       *moonraftpb.NodeStatus
 	}
-	wg.Wait()
-	leader := ""
-	for i, e := range endpoints {
-		switch st := sts[i]; {
-		case e == ep && st != nil:
-			return ""
-		case st.GetPromoted() && st.GetGrpcAddr() != "" && st.GetGrpcAddr() != ep:
-			leader = st.GetGrpcAddr()
+	answers := make(chan answer, len(endpoints))
+	for _, e := range endpoints {
+		go func() {
+			st, _ := c.Progress(ctx, e)
+			answers <- answer{e, st}
+		}()
+	}
+	grace := time.NewTimer(c.checkAfter / 4)
+	defer grace.Stop()
+	leader, epDone, graceOver := "", false, false
+	for pending := len(endpoints); pending > 0; {
+		select {
+		case a := <-answers:
+			pending--
+			switch st := a.st; {
+			case a.endpoint == ep && st != nil:
+				return ""
+			case a.endpoint == ep:
+				epDone = true
+			case st.GetPromoted() && st.GetGrpcAddr() != "" && st.GetGrpcAddr() != ep:
+				leader = st.GetGrpcAddr()
+			}
+		case <-grace.C:
+			graceOver = true
+		}
+		if leader != "" && (epDone || graceOver) {
+			return leader
 		}
 	}
 	return leader

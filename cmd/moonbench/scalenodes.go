@@ -324,29 +324,44 @@ func followerAtKill(id string, kill time.Time, samples []logSample) followerTrac
 
 // profileSurvivors saves, with --profile, a CPU profile of each node but
 // dead for failoverProfile from now (the election, the promotion and the
-// first writes), as <prefix>-<id>.cpu; the returned func waits for them.
+// first writes), as <prefix>-<id>.cpu, and an execution trace of each and of
+// moonbench itself (the probe and the clients that follow the leader) for
+// failoverTrace, as <prefix>-<id>.trace; the returned func waits for them.
 func (s *scaleRun) profileSurvivors(ctx context.Context, dead *localcluster.Node, prefix string) (wait func()) {
 	var wg sync.WaitGroup
 	if s.cfg.profileDir == "" {
 		return wg.Wait
+	}
+	save := func(p *localcluster.Node, which, path string) {
+		if err := savePprof(ctx, p, which, filepath.Join(s.cfg.profileDir, path)); err != nil {
+			progressf("no failover %s of %s: %v", which, p.ID, err)
+		}
 	}
 	for _, p := range s.lc.procs {
 		if p == dead {
 			continue
 		}
 		wg.Go(func() {
-			path := filepath.Join(s.cfg.profileDir, fmt.Sprintf("%s-%s.cpu", prefix, p.ID))
-			which := fmt.Sprintf("profile?seconds=%d", int(failoverProfile/time.Second))
-			if err := savePprof(ctx, p, which, path); err != nil {
-				progressf("no failover profile of %s: %v", p.ID, err)
-			}
+			save(p, fmt.Sprintf("profile?seconds=%d", int(failoverProfile/time.Second)), fmt.Sprintf("%s-%s.cpu", prefix, p.ID))
+		})
+		wg.Go(func() {
+			save(p, fmt.Sprintf("trace?seconds=%d", int(failoverTrace/time.Second)), fmt.Sprintf("%s-%s.trace", prefix, p.ID))
 		})
 	}
+	wg.Go(func() {
+		if err := traceSelf(ctx, failoverTrace, filepath.Join(s.cfg.profileDir, prefix+"-moonbench.trace")); err != nil {
+			progressf("no failover trace of moonbench: %v", err)
+		}
+	})
 	return wg.Wait
 }
 
-// failoverProfile is how long a failover's CPU profiles run.
-const failoverProfile = 3 * time.Second
+// failoverProfile and failoverTrace are how long a failover's CPU profiles
+// and execution traces run.
+const (
+	failoverProfile = 3 * time.Second
+	failoverTrace   = 2 * time.Second
+)
 
 // profileWindows saves, with --profile, back-to-back CPU profiles of every
 // node, windowProfile each, as <prefix>-<id>-<start>.cpu (the start on the

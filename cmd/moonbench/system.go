@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"sync"
@@ -327,6 +328,24 @@ func profileSelf(ctx context.Context, d time.Duration, path string) error {
 	case <-time.After(d):
 	}
 	pprof.StopCPUProfile()
+	return f.Close()
+}
+
+// traceSelf saves an execution trace of moonbench for d.
+func traceSelf(ctx context.Context, d time.Duration, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	trace.Stop()
 	return f.Close()
 }
 
