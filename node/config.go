@@ -71,6 +71,10 @@ type Config struct {
 
 	Params fsm.Params    // applied cluster-wide when this node becomes leader
 	Tick   time.Duration // how often the leader proposes a Tick
+	// KeyIndexAfter is how long a new leader serves before it builds its
+	// key index (fsm/keyindex.go); until then its reads go through the
+	// object tree.
+	KeyIndexAfter time.Duration
 	// GracefulUnmountMax bounds a graceful unmount's grace period: a
 	// request for none or for longer gets this.
 	GracefulUnmountMax time.Duration
@@ -146,12 +150,21 @@ const (
 // at half it is at most one and a half (docs/OPERATIONS.md, "Snapshots").
 const DefaultSnapshotLogRatio = 0.5
 
+// DefaultKeyIndexAfter is Config.KeyIndexAfter's default. Built at the
+// promotion, the index took a core of a new leader of six million objects
+// for two seconds, and its allocation (~300 MB within 0.1 s) began a
+// collection of the whole heap that took most of the rest: the new leader
+// answered its first writes 0.2–0.5 s late (docs/BENCHMARKS.md, "The
+// failover at 6M"). Five seconds on, the clients have come back.
+const DefaultKeyIndexAfter = 5 * time.Second
+
 // DefaultConfig returns the defaults, with timeouts tuned for a LAN.
 func DefaultConfig() Config {
 	return Config{
 		ClusterID:          "mooncake_cluster",
 		Params:             fsm.DefaultParams(),
 		Tick:               100 * time.Millisecond,
+		KeyIndexAfter:      DefaultKeyIndexAfter,
 		GracefulUnmountMax: 30 * time.Second,
 		MaxPendingWrites:   DefaultMaxPendingWrites,
 		HeartbeatTimeout:   300 * time.Millisecond,
@@ -203,6 +216,8 @@ func (c *Config) validate() error {
 		return errcode.New(errcode.InvalidParams, "raft address is empty")
 	case c.Tick <= 0:
 		return errcode.New(errcode.InvalidParams, "tick must be positive, got %v", c.Tick)
+	case c.KeyIndexAfter < 0:
+		return errcode.New(errcode.InvalidParams, "key index delay must not be negative, got %v", c.KeyIndexAfter)
 	case c.ExportLinger < 0:
 		return errcode.New(errcode.InvalidParams, "export linger must not be negative, got %v", c.ExportLinger)
 	case c.GracefulUnmountMax < 0:

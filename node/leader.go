@@ -95,10 +95,16 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		}
 	}
 	n.sm.setIndexKeys(true)
-	// The key index builds beside the ticker, which must not wait for it.
+	// The key index builds beside the ticker, which must not wait for it,
+	// once the failover's rush is over (DefaultKeyIndexAfter).
 	built := make(chan struct{})
 	go func() {
 		defer close(built)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(n.cfg.KeyIndexAfter):
+		}
 		n.sm.buildKeyIndex(ctx)
 	}()
 	defer func() { <-built }()

@@ -64,6 +64,9 @@ func newClusterWithout(t testing.TB, n, absent int, tick time.Duration, opts ...
 		cfg.HeartbeatTimeout = 500 * time.Millisecond
 		cfg.ElectionTimeout = 500 * time.Millisecond
 		cfg.LeaderLeaseTimeout = 250 * time.Millisecond
+		// Reads go through the key index, as on a leader that has served
+		// a while, not through the tree of its first seconds.
+		cfg.KeyIndexAfter = 0
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: cfg.ID, Level: hclog.Warn})
 		cfg.Listen = listen
 		for _, o := range opts {
@@ -565,6 +568,7 @@ func TestConfigValidation(t *testing.T) {
 		{"no raft addr", func(c *Config) { c.RaftAddr = "" }},
 		{"zero tick", func(c *Config) { c.Tick = 0 }},
 		{"negative export linger", func(c *Config) { c.ExportLinger = -time.Millisecond }},
+		{"negative key index delay", func(c *Config) { c.KeyIndexAfter = -time.Millisecond }},
 		{"bootstrap without peers", func(c *Config) { c.Bootstrap = true }},
 		{"bootstrap without self", func(c *Config) { c.Bootstrap, c.Peers = true, []raftstore.Peer{{ID: "x", RaftAddr: "127.0.0.1:1"}} }},
 		{"bad params", func(c *Config) { c.Params.LeaseTTLMs = 0 }},

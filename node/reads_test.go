@@ -499,21 +499,26 @@ func TestNoLeaseReadBeforeThisTermsPromote(t *testing.T) {
 	assert.NoError(t, err)
 }
 
-// TestLeaderKeepsTheKeyIndex: the leader fills its key index after its
-// promotion and drops it when it steps down; followers keep none, and a
-// new leader serves reads through its own.
+// TestLeaderKeepsTheKeyIndex: the leader fills its key index once it has
+// served KeyIndexAfter, serving reads through the tree until then, and
+// drops it when it steps down; followers keep none, and a new leader
+// serves reads through its own.
 func TestLeaderKeepsTheKeyIndex(t *testing.T) {
-	c := newCluster(t, 3, time.Hour)
+	const after = 3 * time.Second
+	c := newCluster(t, 3, time.Hour, func(c *Config) { c.KeyIndexAfter = after })
 	l := c.leader()
-	mountSegments(t, c.nodes[l])
-	for i := range 20 {
-		put(t, c.nodes[l], fmt.Sprintf("k%d", i))
-	}
 	indexed := func(n *Node) (on bool) {
 		n.sm.read(func(f *fsm.FSM) { on = f.Stats().KeyIndex })
 		return on
 	}
-	require.Eventually(t, func() bool { return indexed(c.nodes[l]) }, 5*time.Second, 10*time.Millisecond, "the leader's index fills")
+	mountSegments(t, c.nodes[l])
+	for i := range 20 {
+		put(t, c.nodes[l], fmt.Sprintf("k%d", i))
+	}
+	require.False(t, indexed(c.nodes[l]), "the new leader indexed its keys at once")
+	_, _, err := c.nodes[l].GetReplicaList(ctx(t), "k0")
+	require.NoError(t, err, "a read before the index")
+	require.Eventually(t, func() bool { return indexed(c.nodes[l]) }, after+5*time.Second, 10*time.Millisecond, "the leader's index fills")
 	for i, n := range c.nodes {
 		if i != l {
 			assert.False(t, indexed(n), "%s is a follower", n.cfg.ID)
@@ -523,7 +528,7 @@ func TestLeaderKeepsTheKeyIndex(t *testing.T) {
 	target := (l + 1) % 3
 	require.NoError(t, c.nodes[l].TransferLeadership(ctx(t), c.cfgs[target].ID))
 	require.Eventually(t, c.nodes[target].IsLeader, 5*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return indexed(c.nodes[target]) && !indexed(c.nodes[l]) }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return indexed(c.nodes[target]) && !indexed(c.nodes[l]) }, after+5*time.Second, 10*time.Millisecond,
 		"the new leader indexes, the old one drops its index")
 	put(t, c.nodes[target], "after")
 	for _, k := range []string{"k0", "k19", "after"} {
