@@ -13,9 +13,10 @@ import (
 // fast it comes: the tree stays for ordered scans and the snapshot's
 // copy-on-write clone.
 //
-// A new leader builds it from a clone of the object tree, away from the
-// state's lock (~0.3 s per million objects): built under the lock, even in
-// steps, it held up every read, ping and apply of a freshly promoted
+// A new leader builds it, once the failover's rush is over
+// (node.Config.KeyIndexAfter), from a clone of the object tree, away from
+// the state's lock (~0.3 s per million objects): built under the lock, even
+// in steps, it held up every read, ping and apply of a freshly promoted
 // leader at a million objects for half a second. Until it is finished,
 // reads go through the tree and the state notes which keys change.
 

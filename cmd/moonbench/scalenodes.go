@@ -81,11 +81,13 @@ func (s *scaleRun) kill(ctx context.Context, profilePrefix string) (*killResult,
 	traced, hostTraced := s.traceFollowers(ctx, l), traceHost(ctx)
 	before := s.followerHealth(ctx, l)
 	time.Sleep(2 * time.Second)
+	// Begun before the kill: Kill returns once the dead process is reaped,
+	// 0.4–0.7 s later at 6M, when the election is over.
+	profiled := s.profileSurvivors(ctx, l, profilePrefix)
+	defer profiled()
 	progressf("failover: killing the leader %s", l.ID)
 	kill := time.Now()
 	l.Kill()
-	profiled := s.profileSurvivors(ctx, l, profilePrefix)
-	defer profiled()
 	nl, err := s.lc.leader(ctx)
 	polled := time.Now()
 	host, samples := hostTraced(), traced()
@@ -323,8 +325,8 @@ func followerAtKill(id string, kill time.Time, samples []logSample) followerTrac
 }
 
 // profileSurvivors saves, with --profile, a CPU profile of each node but
-// dead for failoverProfile from now (the election, the promotion and the
-// first writes), as <prefix>-<id>.cpu, and an execution trace of each and of
+// dead for failoverProfile from now (the kill, the election, the promotion
+// and the first writes), as <prefix>-<id>.cpu, and an execution trace of each and of
 // moonbench itself (the probe and the clients that follow the leader) for
 // failoverTrace, as <prefix>-<id>.trace; the returned func waits for them.
 func (s *scaleRun) profileSurvivors(ctx context.Context, dead *localcluster.Node, prefix string) (wait func()) {
