@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/client"
+	"github.com/moonraft/moonraft/internal/localcluster"
 	"golang.org/x/term"
 )
 
@@ -19,6 +20,7 @@ import (
 // serving process, and the acknowledged writes the survivors do not have.
 type failoverResult struct {
 	System   string    `json:"system"`
+	Signal   string    `json:"signal"` // how the serving process was ended: SIGKILL, or SIGSTOP until another served
 	Kills    int       `json:"kills"`
 	GapsMs   []float64 `json:"gaps_ms"`
 	P50Ms    float64   `json:"p50_ms"`
@@ -129,8 +131,9 @@ func (res *failoverResult) summarize() {
 }
 
 // measureFailover kills the leader cfg.failover times under a steady write
-// load, restarting it each time, and measures each window without a
-// successful write that the kill caused (failoverGaps); at the end it
+// load, restarting it each time (or, with cfg.failoverStop, stops it and
+// resumes it once another node serves), and measures each window without
+// a successful write that the kill caused (failoverGaps); at the end it
 // counts the acknowledged writes the cluster does not have.
 func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failoverResult, error) {
 	b := &bench{cfg: cfg, cl: lc.cl, nonce: fmt.Sprintf("failover-%d", time.Now().UnixNano())}
@@ -142,7 +145,13 @@ func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failov
 	keeper := b.cl.KeepAlive(kctx, benchClient, segs, 0)
 	defer func() { kcancel(); keeper.Stop() }()
 	load := startWriteLoad(ctx, b, func() *client.Client { return b.cl })
-	res := &failoverResult{System: lc.name()}
+	res := &failoverResult{System: lc.name(), Signal: "SIGKILL"}
+	end, restart := func(l *localcluster.Node) { l.Kill() }, (*localcluster.Node).Start
+	if cfg.failoverStop {
+		res.Signal = "SIGSTOP"
+		end = func(l *localcluster.Node) { l.Signal(syscall.SIGSTOP) }
+		restart = func(l *localcluster.Node) error { l.Signal(syscall.SIGCONT); return nil }
+	}
 	var kills []time.Time
 	for i := 0; i < cfg.failover && ctx.Err() == nil; i++ {
 		time.Sleep(time.Second)
@@ -150,14 +159,14 @@ func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failov
 		if err != nil {
 			break
 		}
-		progressf("%s failover %d/%d: killing %s", res.System, i+1, cfg.failover, l.ID)
+		progressf("%s failover %d/%d: %s to %s", res.System, i+1, cfg.failover, res.Signal, l.ID)
 		kills = append(kills, time.Now())
-		l.Kill()
+		end(l)
 		if _, err := lc.leader(ctx); err != nil {
 			break
 		}
 		time.Sleep(time.Second) // writes resume on the new leader
-		if err := l.Start(); err != nil {
+		if err := restart(l); err != nil {
 			load.abort()
 			return nil, err
 		}
@@ -185,7 +194,7 @@ func measureFailover(ctx context.Context, cfg config, lc *localCluster) (*failov
 // writers' client remounts its segments there and writes on; then the
 // acknowledged writes the promoted standby does not have are counted.
 func measureBaselineFailover(ctx context.Context, cfg config, mode string) (*failoverResult, error) {
-	res := &failoverResult{System: mode}
+	res := &failoverResult{System: mode, Signal: "SIGKILL"}
 	for i := 0; i < cfg.failover && ctx.Err() == nil; i++ {
 		progressf("%s failover %d/%d", mode, i+1, cfg.failover)
 		if err := baselineFailoverOnce(ctx, cfg, mode, res); err != nil {

@@ -34,6 +34,7 @@ type config struct {
 	repeat       int
 	keys         int
 	failover     int
+	failoverStop bool // SIGSTOP the leader instead of SIGKILL
 	baselines    []string
 	readModes    []string
 	logStores    []string
@@ -93,6 +94,7 @@ func parse(args []string) (config, error) {
 	fs.IntVar(&c.ops, "ops", 0, "measured operations per step instead of --duration (0: use --duration)")
 	fs.IntVar(&c.keys, "keys", 10_000, "keys the get workloads read (written first)")
 	fs.IntVar(&c.failover, "failover", 0, "kill the leader this many times under a steady write load (--local only)")
+	fs.BoolVar(&c.failoverStop, "failover-stop", false, "with --failover: stop the leader (SIGSTOP: its sockets stay open and answer nothing, as a frozen host's) instead of killing it, and resume it once another serves; moonraft only")
 	baselines := fs.String("baseline", "", "also run the source notes' design and compare, comma-separated: raw-etcd-watch (answers once its OpLog entry is in etcd), raw-etcd-watch-async (answers first, writes its OpLog in background batches, as the Mooncake master does)")
 	readModes := fs.String("read-mode", "", "with --local: the nodes' --read-mode, comma-separated to compare several in one run (lease, quorum; empty: the default)")
 	logStores := fs.String("raft-log-store", "", "with --local: the nodes' --raft-log-store, comma-separated to compare several in one run (wal, boltdb; empty: the default)")
@@ -179,6 +181,10 @@ func parse(args []string) (config, error) {
 		return c, fmt.Errorf("--node-flags needs --local")
 	case c.failover > 0 && !c.local:
 		return c, fmt.Errorf("--failover needs --local (it kills and restarts nodes)")
+	case c.failoverStop && c.failover == 0:
+		return c, fmt.Errorf("--failover-stop needs --failover")
+	case c.failoverStop && len(c.baselines) > 0:
+		return c, fmt.Errorf("--failover-stop measures moonraft alone (a baseline's standby is promoted by hand)")
 	case c.batch < 1:
 		return c, fmt.Errorf("--batch must be positive")
 	case c.repeat < 1:

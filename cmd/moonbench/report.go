@@ -106,11 +106,11 @@ func (r *report) output(w io.Writer, cfg config) error {
 		}
 	}
 	if len(r.Failovers) > 0 {
-		fmt.Fprintf(w, "\nfailover: kills of the serving process under %d writers\n", r.Failovers[0].Clients)
+		fmt.Fprintf(w, "\nfailover: the serving process killed or stopped under %d writers\n", r.Failovers[0].Clients)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "system\tkills\twindow p50 ms\twindow max ms\tacknowledged writes\tlost\tall windows ms\t")
+		fmt.Fprintln(tw, "system\tsignal\tfailovers\twindow p50 ms\twindow max ms\tacknowledged writes\tlost\tall windows ms\t")
 		for _, f := range r.Failovers {
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%d\t%d\t%v\t\n", f.System, len(f.GapsMs), f.P50Ms, f.MaxMs, f.Acked, f.Lost, f.GapsMs)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%d\t%d\t%v\t\n", f.System, f.Signal, len(f.GapsMs), f.P50Ms, f.MaxMs, f.Acked, f.Lost, f.GapsMs)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
