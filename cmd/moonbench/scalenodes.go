@@ -326,9 +326,10 @@ func followerAtKill(id string, kill time.Time, samples []logSample) followerTrac
 
 // profileSurvivors saves, with --profile, a CPU profile of each node but
 // dead for failoverProfile from now (the kill, the election, the promotion
-// and the first writes), as <prefix>-<id>.cpu, and an execution trace of each and of
-// moonbench itself (the probe and the clients that follow the leader) for
-// failoverTrace, as <prefix>-<id>.trace; the returned func waits for them.
+// and the first writes), as <prefix>-<id>.cpu, and an execution trace of
+// each and of moonbench itself (the probe and the clients that follow the
+// leader) for failoverTrace, as <prefix>-<id>.trace; the returned func
+// waits for them.
 func (s *scaleRun) profileSurvivors(ctx context.Context, dead *localcluster.Node, prefix string) (wait func()) {
 	var wg sync.WaitGroup
 	if s.cfg.profileDir == "" {

@@ -314,30 +314,24 @@ func (lc *localCluster) profileNodes(ctx context.Context, d time.Duration, prefi
 	return errors.Join(errs...)
 }
 
+// profileSelf saves a CPU profile of moonbench for d.
 func profileSelf(ctx context.Context, d time.Duration, path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return err
-	}
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-	pprof.StopCPUProfile()
-	return f.Close()
+	return recordSelf(ctx, d, path, pprof.StartCPUProfile, pprof.StopCPUProfile)
 }
 
 // traceSelf saves an execution trace of moonbench for d.
 func traceSelf(ctx context.Context, d time.Duration, path string) error {
+	return recordSelf(ctx, d, path, trace.Start, trace.Stop)
+}
+
+// recordSelf starts a recording into a new file at path and stops it after
+// d, or when ctx ends.
+func recordSelf(ctx context.Context, d time.Duration, path string, start func(io.Writer) error, stop func()) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := trace.Start(f); err != nil {
+	if err := start(f); err != nil {
 		f.Close()
 		return err
 	}
@@ -345,7 +339,7 @@ func traceSelf(ctx context.Context, d time.Duration, path string) error {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
-	trace.Stop()
+	stop()
 	return f.Close()
 }
 
