@@ -56,6 +56,7 @@ type Transport struct {
 	candidatesMu  sync.Mutex
 	candidates    map[string]*candidacy // by peer ID
 	noted         chan struct{}         // closed, and replaced, when a candidacy is noted
+	asked         map[string]ownRequest // the node's own pre-vote requests, by peer ID
 }
 
 // NewTransport is raft.NewNetworkTransportWithConfig, guarded.
@@ -65,7 +66,7 @@ func NewTransport(cfg *raft.NetworkTransportConfig) *Transport {
 
 func guard(nt *raft.NetworkTransport) *Transport {
 	t := &Transport{NetworkTransport: nt, rpcs: make(chan raft.RPC), done: make(chan struct{}), relayed: make(chan struct{}),
-		candidates: map[string]*candidacy{}, noted: make(chan struct{})}
+		candidates: map[string]*candidacy{}, noted: make(chan struct{}), asked: map[string]ownRequest{}}
 	nt.SetHeartbeatHandler(t.heartbeat)
 	go t.relay()
 	return t
@@ -79,7 +80,9 @@ func (t *Transport) relay() {
 	for {
 		select {
 		case rpc := <-in:
-			t.noteCandidacy(&rpc)
+			if t.noteCandidacy(&rpc) {
+				continue
+			}
 			select {
 			case t.rpcs <- rpc:
 			case <-t.done:

@@ -261,23 +261,17 @@ func TestPreVoteHooks(t *testing.T) {
 }
 
 // TestPreVoteAskedAgain: a node whose pre-vote a peer refused asks the
-// peer again once the peer has asked for a pre-vote of its own and raft
-// refused it (the peer no longer knows a leader, and the node's log is the
-// longer); not when raft granted it (the peer wins), and not when the peer
-// does not stand within the span.
+// peer again once the peer has asked for a pre-vote of its own and been
+// refused — here by the node's transport, which outranks the peer (the
+// longer log) and keeps its own request for the span although the peer
+// already answered it; not when the peer's log is the longer and raft
+// granted it (the peer wins), and not when the peer does not stand within
+// the span.
 func TestPreVoteAskedAgain(t *testing.T) {
 	const span = 300 * time.Millisecond
-	newGuarded := func(t *testing.T) *Transport {
-		tr, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, time.Second, io.Discard)
-		require.NoError(t, err)
-		g := guard(tr)
-		g.CoordinatePreVotes(span)
-		t.Cleanup(func() { _ = g.Close() })
-		return g
-	}
-	request := func(from *Transport) *raft.RequestPreVoteRequest {
+	request := func(from *Transport, lastIndex uint64) *raft.RequestPreVoteRequest {
 		return &raft.RequestPreVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax,
-			ID: []byte(from.LocalAddr()), Addr: []byte(from.LocalAddr())}, Term: 6, LastLogTerm: 4, LastLogIndex: 100}
+			ID: []byte(from.LocalAddr()), Addr: []byte(from.LocalAddr())}, Term: 6, LastLogTerm: 4, LastLogIndex: lastIndex}
 	}
 	answer := func(t *testing.T, tr *Transport, grant bool) {
 		t.Helper()
@@ -289,30 +283,35 @@ func TestPreVoteAskedAgain(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		name       string
-		peerStands bool
-		nodeGrants bool // the node's raft, to the peer's request
-		granted    bool // the node's own pre-vote, in the end
+		name          string
+		peerStands    bool
+		peerLastIndex uint64 // the node's is 100
+		nodeRaftAsked bool   // the peer's request reaches the node's raft, which grants it
+		granted       bool   // the node's own pre-vote, in the end
 	}{
-		{"the peer stands and is refused: asked again", true, false, true},
-		{"the peer stands and is granted: it wins", true, true, false},
-		{"the peer does not stand", false, false, false},
+		{"the peer stands with the shorter log: refused, and asked again", true, 99, false, true},
+		{"the peer stands with the longer log: granted, and wins", true, 101, true, false},
+		{"the peer does not stand", false, 100, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			node, peer := newGuarded(t), newGuarded(t)
+			node, peer := coordinated(t, span), coordinated(t, span)
 			done := make(chan *raft.RequestPreVoteResponse, 1)
 			go func() {
 				var resp raft.RequestPreVoteResponse
-				assert.NoError(t, node.RequestPreVote(raft.ServerID(peer.LocalAddr()), peer.LocalAddr(), request(node), &resp))
+				assert.NoError(t, node.RequestPreVote(raft.ServerID(peer.LocalAddr()), peer.LocalAddr(), request(node, 100), &resp))
 				done <- &resp
 			}()
 			answer(t, peer, false)
+			peerDone := make(chan *raft.RequestPreVoteResponse, 1)
 			if tc.peerStands {
 				go func() {
 					var resp raft.RequestPreVoteResponse
-					assert.NoError(t, peer.RequestPreVote(raft.ServerID(node.LocalAddr()), node.LocalAddr(), request(peer), &resp))
+					assert.NoError(t, peer.RequestPreVote(raft.ServerID(node.LocalAddr()), node.LocalAddr(), request(peer, tc.peerLastIndex), &resp))
+					peerDone <- &resp
 				}()
-				answer(t, node, tc.nodeGrants)
+				if tc.nodeRaftAsked {
+					answer(t, node, true)
+				}
 			}
 			if tc.granted {
 				answer(t, peer, true)
@@ -323,12 +322,106 @@ func TestPreVoteAskedAgain(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("the node's pre-vote got no answer")
 			}
+			if tc.peerStands {
+				select {
+				case resp := <-peerDone:
+					assert.Equal(t, tc.nodeRaftAsked, resp.Granted, "the peer's own pre-vote")
+				case <-time.After(5 * time.Second):
+					t.Fatal("the peer's pre-vote got no answer")
+				}
+			}
 			select {
 			case rpc := <-peer.Consumer():
 				rpc.Respond(&raft.RequestPreVoteResponse{Term: 6}, nil)
 				t.Fatal("the node asked the peer once more than it should")
+			case rpc := <-node.Consumer():
+				rpc.Respond(&raft.RequestPreVoteResponse{Term: 6}, nil)
+				t.Fatal("the node's raft got a request its transport answered")
 			default:
 			}
+		})
+	}
+}
+
+// TestPreVoteCrossing: two nodes that stand at once each send their
+// request before reading the other's. The one that outranks refuses the
+// other's request itself (raft never sees it) and the other leaves the
+// outranking one's to raft, so exactly one wins the pre-vote and the real
+// vote does not split.
+func TestPreVoteCrossing(t *testing.T) {
+	const span = 300 * time.Millisecond
+	ask := func(from, to *Transport, lastIndex uint64) chan *raft.RequestPreVoteResponse {
+		done := make(chan *raft.RequestPreVoteResponse, 1)
+		go func() {
+			req := &raft.RequestPreVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax,
+				ID: []byte(from.LocalAddr()), Addr: []byte(from.LocalAddr())}, Term: 6, LastLogTerm: 4, LastLogIndex: lastIndex}
+			var resp raft.RequestPreVoteResponse
+			assert.NoError(t, from.RequestPreVote(raft.ServerID(to.LocalAddr()), to.LocalAddr(), req, &resp))
+			done <- &resp
+		}()
+		return done
+	}
+	winner, loser := coordinated(t, span), coordinated(t, span)
+	won := ask(winner, loser, 101)
+	// The winner's request waits at the loser's raft while the loser's
+	// crosses it.
+	var held raft.RPC
+	select {
+	case held = <-loser.Consumer():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the winner's request did not reach the loser's raft")
+	}
+	lost := ask(loser, winner, 100)
+	select {
+	case resp := <-lost:
+		assert.False(t, resp.Granted, "the outranked node's pre-vote")
+		assert.Equal(t, uint64(5), resp.Term, "in the term before the one both stand for, so raft does not step down")
+	case rpc := <-winner.Consumer():
+		rpc.Respond(&raft.RequestPreVoteResponse{Term: 6, Granted: true}, nil)
+		t.Fatal("the outranking node's raft got the crossing request")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the outranked node's pre-vote got no answer")
+	}
+	held.Respond(&raft.RequestPreVoteResponse{Term: 6, Granted: true}, nil)
+	select {
+	case resp := <-won:
+		assert.True(t, resp.Granted, "the outranking node's pre-vote")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the outranking node's pre-vote got no answer")
+	}
+}
+
+// coordinated is a guarded transport on loopback with CoordinatePreVotes'
+// rules on.
+func coordinated(t *testing.T, span time.Duration) *Transport {
+	tr, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, time.Second, io.Discard)
+	require.NoError(t, err)
+	g := guard(tr)
+	g.CoordinatePreVotes(span)
+	t.Cleanup(func() { _ = g.Close() })
+	return g
+}
+
+// TestOutranks: the longer log wins a crossing, then the greater ID.
+func TestOutranks(t *testing.T) {
+	req := func(id string, lastTerm, lastIndex uint64) *raft.RequestPreVoteRequest {
+		return &raft.RequestPreVoteRequest{RPCHeader: raft.RPCHeader{ID: []byte(id)}, LastLogTerm: lastTerm, LastLogIndex: lastIndex}
+	}
+	for _, tc := range []struct {
+		name      string
+		own, peer *raft.RequestPreVoteRequest
+		want      bool
+	}{
+		{"a newer last term", req("a", 5, 1), req("b", 4, 100), true},
+		{"an older last term", req("b", 4, 100), req("a", 5, 1), false},
+		{"a longer log", req("a", 4, 101), req("b", 4, 100), true},
+		{"a shorter log", req("b", 4, 99), req("a", 4, 100), false},
+		{"equal logs, the greater ID", req("b", 4, 100), req("a", 4, 100), true},
+		{"equal logs, the smaller ID", req("a", 4, 100), req("b", 4, 100), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, outranks(tc.own, tc.peer))
+			assert.False(t, tc.want && outranks(tc.peer, tc.own), "both outrank each other")
 		})
 	}
 }
