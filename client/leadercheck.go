@@ -128,7 +128,8 @@ func (c *Client) askLeader(ep string, endpoints []string) string {
 	}
 	grace := time.NewTimer(c.checkAfter / 4)
 	defer grace.Stop()
-	leader, epDone, graceOver := "", false, false
+	// epSilent: ep failed to answer, or its grace is over.
+	leader, epSilent := "", false
 	for pending := len(endpoints); pending > 0; {
 		select {
 		case a := <-answers:
@@ -137,14 +138,14 @@ func (c *Client) askLeader(ep string, endpoints []string) string {
 			case a.endpoint == ep && st != nil:
 				return ""
 			case a.endpoint == ep:
-				epDone = true
+				epSilent = true
 			case st.GetPromoted() && st.GetGrpcAddr() != "" && st.GetGrpcAddr() != ep:
 				leader = st.GetGrpcAddr()
 			}
 		case <-grace.C:
-			graceOver = true
+			epSilent = true
 		}
-		if leader != "" && (epDone || graceOver) {
+		if leader != "" && epSilent {
 			return leader
 		}
 	}

@@ -116,6 +116,7 @@ func (b *Batcher) Renew(key string, atMs, loggedMs, untilMs int64, softPin bool)
 	b.record(key, promise{atMs: atMs, loggedMs: loggedMs, untilMs: untilMs}, softPin)
 }
 
+// record keeps p for key until a flush takes it (Renew and Requeue).
 func (b *Batcher) record(key string, p promise, softPin bool) {
 	s, h := b.shard(key)
 	s.mu.Lock()
