@@ -51,7 +51,7 @@ type segment struct {
 	// objs holds the keys of the objects with a buffer here, derived and
 	// kept by putObject and forget: an unmount visits them, not every
 	// object (nil until the first).
-	objs map[string]struct{}
+	objs *keySet
 }
 
 type buffer struct {
@@ -157,7 +157,7 @@ type FSM struct {
 	// byKey (nil unless the leader's index is built, keyindex.go) finds an
 	// object in one hash probe where the tree takes ~17 string
 	// comparisons, each a cache miss; keyBuild is an index being built.
-	byKey      map[string]objItem
+	byKey      map[string]*object
 	keyBuild   *KeyIndexBuild
 	processing procIndex
 	tombQueue  fifo[tombstone] // in removal order: removedAtMs never decreases
@@ -291,9 +291,9 @@ func indexSegments(key string, o *object) {
 	for _, r := range o.replicas {
 		for _, b := range r.buffers {
 			if b.seg.objs == nil {
-				b.seg.objs = map[string]struct{}{}
+				b.seg.objs = newKeySet(0)
 			}
-			b.seg.objs[key] = struct{}{}
+			b.seg.objs.add(key)
 		}
 	}
 }
@@ -301,7 +301,7 @@ func indexSegments(key string, o *object) {
 func unindexSegments(key string, o *object) {
 	for _, r := range o.replicas {
 		for _, b := range r.buffers {
-			delete(b.seg.objs, key)
+			b.seg.objs.remove(key)
 		}
 	}
 }

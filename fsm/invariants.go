@@ -32,7 +32,7 @@ func (f *FSM) CheckInvariants() error {
 					err = fmt.Errorf("object %q has a buffer on unmounted segment %q", it.key, b.seg.id)
 					return false
 				}
-				if _, ok := b.seg.objs[it.key]; !ok {
+				if !b.seg.objs.has(it.key) {
 					err = fmt.Errorf("object %q is not in the object index of segment %q", it.key, b.seg.id)
 					return false
 				}
@@ -50,7 +50,7 @@ func (f *FSM) CheckInvariants() error {
 		}
 		if io, ok := f.byKey[it.key]; ok {
 			indexed++
-			if io.obj != o || io.key != it.key {
+			if io != o {
 				err = fmt.Errorf("object %q is not what the key index holds", it.key)
 				return false
 			}
@@ -104,8 +104,8 @@ func (f *FSM) CheckInvariants() error {
 		if !ok || !slices.Contains(sess.segments, s) {
 			return fmt.Errorf("segment %q is not in the session of client %q", s.id, s.clientID)
 		}
-		if len(s.objs) != onSeg[s] {
-			return fmt.Errorf("segment %q's object index holds %d keys for %d objects", s.id, len(s.objs), onSeg[s])
+		if s.objs.len() != onSeg[s] {
+			return fmt.Errorf("segment %q's object index holds %d keys for %d objects", s.id, s.objs.len(), onSeg[s])
 		}
 		u := used[s]
 		slices.SortFunc(u, func(a, b freeRange) int { return cmp.Compare(a.off, b.off) })

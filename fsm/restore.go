@@ -494,7 +494,7 @@ func (rs *restorer) finish() error {
 			// Made at its final size (one key a buffer, near enough):
 			// filled one insert at a time, the key sets spent more time
 			// growing than being filled.
-			s.objs = make(map[string]struct{}, len(used))
+			s.objs = newKeySet(len(used))
 		}
 		f.segments[s.id] = s
 		f.capacity += s.size

@@ -186,7 +186,7 @@ func (f *FSM) dropSegments(segs []*segment, src oplog.Source, b *bulk) (removed 
 	// a deterministic order of REMOVEs.
 	keys := map[string]struct{}{}
 	for _, s := range segs {
-		for k := range s.objs {
+		for k := range s.objs.all() {
 			keys[k] = struct{}{}
 		}
 	}

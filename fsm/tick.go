@@ -75,7 +75,7 @@ func (f *FSM) expireSessions(max uint64) (removed uint64) {
 			continue
 		}
 		for _, seg := range s.segments {
-			held += uint64(len(seg.objs))
+			held += uint64(seg.objs.len())
 		}
 		b := shared
 		if b == nil {
