@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -498,4 +500,25 @@ func TestCallsAround(t *testing.T) {
 	}}
 	assert.Equal(t, []probeCall{{SentMs: -5, EndedMs: 595, Error: "outcome unknown"}, {SentMs: 605, EndedMs: 615, Error: "outcome unknown"},
 		{SentMs: 625, EndedMs: 725}}, p.callsAround(kill))
+}
+
+// TestScaleKey: the fill's keys are distinct, 16 bytes, and made in no
+// order near the keys': neighbours in key order were made far apart.
+func TestScaleKey(t *testing.T) {
+	const n = 1 << 18
+	made := make(map[string]int, n)
+	for i := 0; i < n; i++ {
+		k := scaleKey(uint64(i))
+		require.Len(t, k, 16)
+		_, dup := made[k]
+		require.False(t, dup, "key %q made twice", k)
+		made[k] = i
+	}
+	keys := slices.Sorted(maps.Keys(made))
+	gaps := make([]int, 0, n-1)
+	for j := 1; j < n; j++ {
+		gaps = append(gaps, max(made[keys[j]]-made[keys[j-1]], made[keys[j-1]]-made[keys[j]]))
+	}
+	slices.Sort(gaps)
+	require.Greater(t, gaps[len(gaps)/2], n/100, "median distance in making between neighbours in key order")
 }
