@@ -11,12 +11,12 @@ import (
 // keeps the keys of its objects in one (segment.objs) for an unmount to
 // visit. As a map[string]struct{} that index cost 55–90 bytes and a
 // pointer per object, a pointer the collector followed to a random place
-// in the heap at every collection: a third of the marking of a follower's
-// state (BenchmarkGCPerObject). Here a key costs its length and ~15 bytes,
+// in the heap at every collection: over a quarter of the marking of a
+// follower's state (BenchmarkGCPerObject). Here a key costs its length and ~15 bytes,
 // and the collector marks two allocations a segment.
 type keySet struct {
 	// arena holds each key as its uvarint length, then its bytes; removed
-	// keys stay until compact, when they are over half of it.
+	// keys' bytes stay until they are over half of it (compactIfSparse).
 	arena []byte
 	// slots is the table, linear probing: 0 is empty, else the key's
 	// arena offset plus one (slotOff) with its hash's low 24 bits above
@@ -35,9 +35,8 @@ const (
 	keySetMinCompact = 4096
 )
 
-// keyHash is FNV-1a with a final mix: linear probing takes a table slot
-// from the low bits, which FNV alone leaves poorly spread for keys that
-// differ only in their last bytes.
+// keyHash is FNV-1a with MurmurHash3's final mix, so that the low bits a
+// probe starts from depend on every byte of the key.
 func keyHash(key string) uint64 {
 	h := fnv64a(key)
 	h ^= h >> 33
