@@ -11,8 +11,8 @@ import (
 // keeps the keys of its objects in one (segment.objs) for an unmount to
 // visit. As a map[string]struct{} that index cost 55–90 bytes and a
 // pointer per object, a pointer the collector followed to a random place
-// in the heap at every collection: over a quarter of the marking of a
-// follower's state (BenchmarkGCPerObject). Here a key costs its length and ~15 bytes,
+// in the heap at every collection: a quarter to two fifths of the
+// collector's work on a follower's state (BenchmarkGCPerObject). Here a key costs its length and ~15 bytes,
 // and the collector marks two allocations a segment.
 type keySet struct {
 	// arena holds each key as its uvarint length, then its bytes; removed
