@@ -77,9 +77,12 @@ func (s *keySet) len() int {
 
 // keyAt returns the key at arena offset off, without copying it; the
 // result must not outlive the next change to the set.
-func (s *keySet) keyAt(off int) []byte {
-	l, w := binary.Uvarint(s.arena[off:])
-	return s.arena[off+w : off+w+int(l)]
+func (s *keySet) keyAt(off int) []byte { return arenaKey(s.arena, off) }
+
+// arenaKey is the key whose entry starts at off in arena.
+func arenaKey(arena []byte, off int) []byte {
+	l, w := binary.Uvarint(arena[off:])
+	return arena[off+w : off+w+int(l)]
 }
 
 // find returns the slot of key, or of the empty slot where it would go.
@@ -107,9 +110,6 @@ func (s *keySet) has(key string) bool {
 
 // add puts key in the set; adding a key it holds changes nothing.
 func (s *keySet) add(key string) {
-	if len(s.slots) == 0 {
-		s.resize(keySetMinCap)
-	}
 	h := keyHash(key)
 	i, ok := s.find(key, h)
 	if ok {
@@ -191,16 +191,14 @@ func (s *keySet) resize(size int) {
 		if v == 0 {
 			continue
 		}
-		key := oldArena[slotOff(v):]
-		l, w := binary.Uvarint(key)
-		key = key[w : w+int(l)]
+		key := arenaKey(oldArena, slotOff(v))
 		h := keyHash(string(key))
 		i := int(h) & mask
 		for s.slots[i] != 0 {
 			i = (i + 1) & mask
 		}
 		s.slots[i] = makeSlot(len(s.arena), h)
-		s.arena = binary.AppendUvarint(s.arena, l)
+		s.arena = binary.AppendUvarint(s.arena, uint64(len(key)))
 		s.arena = append(s.arena, key...)
 	}
 }
