@@ -60,7 +60,7 @@ func (b *KeyIndexBuild) Build(ctx context.Context) error {
 	b.byKey = make(map[string]*object, b.objects.Len())
 	var err error
 	n := 0
-	b.objects.Ascend(func(it objItem) bool {
+	ascendAhead(b.objects, func(it objItem) bool {
 		if n++; n%4096 == 0 && ctx.Err() != nil {
 			err = ctx.Err()
 			return false

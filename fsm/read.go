@@ -249,7 +249,7 @@ func (f *FSM) eachExported(fn func(key string, keySeq, size uint64, replicas []r
 
 // eachExported is FSM.eachExported as the snapshot captured it.
 func (s *Snapshot) eachExported(fn func(key string, keySeq, size uint64, replicas []replica)) {
-	s.objects.Ascend(func(it objItem) bool {
+	ascendAhead(s.objects, func(it objItem) bool {
 		o := it.obj
 		if o.complete() {
 			fn(it.key, o.keySeq, o.size, o.replicas)

@@ -501,7 +501,7 @@ func (rs *restorer) finish() error {
 		f.used += s.size - a.free
 	}
 	f.segOrder = rs.segs
-	f.objects.Ascend(func(it objItem) bool {
+	ascendAhead(f.objects, func(it objItem) bool {
 		indexSegments(it.key, it.obj)
 		return true
 	})

@@ -239,33 +239,19 @@ func (s *Snapshot) writeSections(w *snapshots.Writer, packed bool) error {
 	}
 	section(objects, func() error {
 		var (
-			werr  error
-			prev  string
-			batch readAhead
+			werr error
+			prev string
 		)
-		flush := func() bool {
-			batch.read(prev)
-			for i, it := range batch.items {
-				if packed {
-					encodePackedObject(&e, batch.shared[i], it.key, it.obj, sessIndex, segIndex)
-				} else {
-					encodeObject(&e, it.key, it.obj, segIndex)
-				}
-				if werr = rec(); werr != nil {
-					return false
-				}
-				prev = it.key
+		ascendAhead(s.objects, func(it objItem) bool {
+			if packed {
+				encodePackedObject(&e, prev, it.key, it.obj, sessIndex, segIndex)
+			} else {
+				encodeObject(&e, it.key, it.obj, segIndex)
 			}
-			batch.items = batch.items[:0]
-			return true
-		}
-		s.objects.Ascend(func(it objItem) bool {
-			batch.items = append(batch.items, it)
-			return len(batch.items) < readAheadLen || flush()
+			prev = it.key
+			werr = rec()
+			return werr == nil
 		})
-		if werr == nil {
-			flush()
-		}
 		return werr
 	})
 	section("tombstones", func() error {
@@ -364,38 +350,6 @@ func (s *Snapshot) writeSections(w *snapshots.Writer, packed bool) error {
 	return err
 }
 
-// readAheadLen is how many objects the snapshot writer reads ahead.
-const readAheadLen = 64
-
-// readAhead is a batch of the objects a snapshot writes and what the writer
-// reads of them before it encodes any: with keys in hash order every key
-// and every object is a cache miss, and the reads of a batch, independent
-// of each other, overlap rather than wait one after another (as in
-// GetReplicaLists).
-type readAhead struct {
-	items  []objItem
-	shared [readAheadLen]int // each key's common prefix with the one before
-	// touched sums a word of each cache line of the batch's objects. Go
-	// has no prefetch; reading the words is one, and nothing reads the sum.
-	touched uint64
-}
-
-// read fills shared, then touches each object at its start (size), middle
-// (replicas) and end (its first buffer, in the same allocation when it is
-// the only one); prev is the key before the batch.
-func (b *readAhead) read(prev string) {
-	for i, it := range b.items {
-		b.shared[i] = commonPrefix(prev, it.key)
-		prev = it.key
-	}
-	for _, it := range b.items {
-		b.touched += it.obj.size
-		if rs := it.obj.replicas; len(rs) > 0 && len(rs[0].buffers) > 0 {
-			b.touched += rs[0].buffers[0].length
-		}
-	}
-}
-
 func encodeObject(e *enc, key string, o *object, segIndex map[*segment]uint64) {
 	e.str(key)
 	e.u64(o.size)
@@ -404,11 +358,12 @@ func encodeObject(e *enc, key string, o *object, segIndex map[*segment]uint64) {
 }
 
 // encodePackedObject is encodeObject for "objects.v2": the key as the
-// length of its longest common prefix with the key before it (shared) and
-// the rest; the owner as 1 + its session's place in the sessions section, or
+// length of its longest common prefix with prev (the key before it) and the
+// rest; the owner as 1 + its session's place in the sessions section, or
 // 0 and its id when it has no session. A Mooncake client's id is a UUID of
 // 33 bytes; keys sorted side by side share most of their bytes.
-func encodePackedObject(e *enc, shared int, key string, o *object, sessIndex map[string]uint64, segIndex map[*segment]uint64) {
+func encodePackedObject(e *enc, prev, key string, o *object, sessIndex map[string]uint64, segIndex map[*segment]uint64) {
+	shared := commonPrefix(prev, key)
 	e.u64(uint64(shared))
 	e.str(key[shared:])
 	e.u64(o.size)

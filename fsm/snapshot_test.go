@@ -397,7 +397,7 @@ type packedEnc struct {
 
 func (p packedEnc) object(key string, o *object) []byte {
 	var e enc
-	encodePackedObject(&e, commonPrefix(p.prev, key), key, o, p.sessIndex, p.segIndex)
+	encodePackedObject(&e, p.prev, key, o, p.sessIndex, p.segIndex)
 	return e.b
 }
 

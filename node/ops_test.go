@@ -260,9 +260,17 @@ func TestMetrics(t *testing.T) {
 
 	// A snapshot's size, time and moment.
 	snapshots := metricValue(t, body, "moonraft_snapshot_write_seconds_count")
+	snapSecs := metricValue(t, body, "moonraft_snapshot_write_seconds_sum")
 	require.NoError(t, c.nodes[l].raft.Snapshot().Error())
 	_, body = httpGet(t, "http://"+c.cfgs[l].HTTPAddr+"/metrics")
 	assert.Equal(t, snapshots+1, metricValue(t, body, "moonraft_snapshot_write_seconds_count"))
+	// Where its time went: the writer's CPU and the syncs, each within it.
+	took := metricValue(t, body, "moonraft_snapshot_write_seconds_sum") - snapSecs
+	for _, name := range []string{"moonraft_snapshot_write_cpu_seconds", "moonraft_snapshot_sync_seconds"} {
+		v := metricValue(t, body, name)
+		assert.Positive(t, v, name)
+		assert.LessOrEqual(t, v, took, "%s within the snapshot's %.6f s", name, took)
+	}
 	assert.Positive(t, metricValue(t, body, "moonraft_snapshot_size_bytes"))
 	assert.InDelta(t, float64(time.Now().Unix()), metricValue(t, body, "moonraft_snapshot_last_written_timestamp_seconds"), 60)
 

@@ -56,6 +56,10 @@ type scaleNode struct {
 	LiveBytes     float64 `json:"heap_live_bytes"` // marked live by the last collection
 	SnapshotBytes float64 `json:"snapshot_bytes"`
 	SnapshotSecs  float64 `json:"snapshot_secs"` // mean of the snapshots written in the window
+	// Of the last of those, the writer's CPU and the file's syncs: the
+	// rest of its time the writer waited for a CPU.
+	SnapshotCPUSecs  float64 `json:"snapshot_cpu_secs"`
+	SnapshotSyncSecs float64 `json:"snapshot_sync_secs"`
 	// SchedStalls counts the times from the fill to the snapshots that
 	// the node's goroutines waited over a quarter of its heartbeat
 	// timeout to run (moonraft_stalls_total{kind="sched"}).
@@ -608,6 +612,8 @@ func (s *scaleRun) snapshots(ctx context.Context, n uint64, r *scaleResult) erro
 			progressf("%s wrote a snapshot from %s to %s", p.ID, windows[len(windows)-1].from.Format(clockFormat), end.Format(clockFormat))
 			r.Nodes[i].SnapshotBytes = gauge(m, "moonraft_snapshot_size_bytes")
 			r.Nodes[i].SnapshotSecs = secs
+			r.Nodes[i].SnapshotCPUSecs = gauge(m, "moonraft_snapshot_write_cpu_seconds")
+			r.Nodes[i].SnapshotSyncSecs = gauge(m, "moonraft_snapshot_sync_seconds")
 			i++
 			continue
 		}
@@ -698,6 +704,11 @@ func (r *scaleResult) print(w io.Writer) {
 		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f %7.0f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
 			n.HeapBytes/1e6, n.HeapBytes/float64(r.Objects), n.LiveBytes/1e6, n.LiveBytes/float64(r.Objects), n.SnapshotBytes/1e6, n.SnapshotSecs, n.SchedStalls)
 	}
+	fmt.Fprintf(w, "  of the last snapshot's time, the writer's CPU and the file's syncs (the rest it waited for a CPU):")
+	for i, n := range r.Nodes {
+		fmt.Fprintf(w, "%s %s %.2f s and %.2f s", map[bool]string{true: ";", false: ""}[i > 0], n.ID, n.SnapshotCPUSecs, n.SnapshotSyncSecs)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  reads, the pings among them: %.0f under the read lease, %.0f after waiting for a quorum round\n", r.LeaseReads, r.QuorumReads)
 	fmt.Fprintf(w, "  write p99 %.1f ms outside snapshots, %.1f ms during one (%d writes); writes paced by the export %.0f/s outside, %.0f/s during\n",
 		r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap, r.PacedSec, r.PacedSnapSec)
