@@ -154,3 +154,55 @@ func TestAllocatorAllocAtMatchesRebuild(t *testing.T) {
 		require.Equal(t, want.free, a.free, "step %d", step)
 	}
 }
+
+// TestFreeAll: freeing a bulk removal's buffers together, sorted and with
+// neighbours merged, leaves the allocators and the used count as freeing
+// them one at a time does.
+func TestFreeAll(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pick func(i int) bool // which of the buffers are freed
+	}{
+		{"every buffer (all neighbours)", func(int) bool { return true }},
+		{"every other (no neighbours)", func(i int) bool { return i%2 == 0 }},
+		{"runs of three", func(i int) bool { return i%5 < 3 }},
+		{"none", func(int) bool { return false }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Two segments of 40 buffers each; the picked ones freed in
+			// a random order.
+			build := func() (f *FSM, freed []buffer, extents func() [][]freeRange) {
+				f = New()
+				var segs []*segment
+				for _, id := range []string{"seg-b", "seg-a"} {
+					s := &segment{id: id, size: 1000, alloc: newAllocator(1000)}
+					segs = append(segs, s)
+					for i := range 40 {
+						off, ok := s.alloc.alloc(10)
+						require.True(t, ok)
+						f.used += 10
+						if tc.pick(i) {
+							freed = append(freed, buffer{s, off, 10})
+						}
+					}
+				}
+				rand.New(rand.NewPCG(1, 2)).Shuffle(len(freed), func(i, j int) { freed[i], freed[j] = freed[j], freed[i] })
+				return f, freed, func() [][]freeRange {
+					var out [][]freeRange
+					for _, s := range segs {
+						out = append(out, s.alloc.extents())
+					}
+					return out
+				}
+			}
+			one, bufs, oneExtents := build()
+			for _, b := range bufs {
+				one.freeBuffers([]replica{{buffers: []buffer{b}}})
+			}
+			all, bufs, allExtents := build()
+			all.freeAll(bufs)
+			require.Equal(t, one.used, all.used)
+			require.Equal(t, oneExtents(), allExtents())
+		})
+	}
+}

@@ -36,8 +36,14 @@ type deferral struct {
 	at     map[string]uint64
 }
 
-// bulk counts one bulk command's REMOVEs exported at once.
-type bulk struct{ direct uint64 }
+// bulk is one bulk command's removals: it counts their REMOVEs exported at
+// once and, with collect, keeps their buffers for the command to free
+// together (FSM.freeAll) once it has removed them all.
+type bulk struct {
+	direct  uint64
+	collect bool
+	freed   []buffer
+}
 
 // defers reports whether the next REMOVE of b waits in the queue: once b
 // has exported direct of them, or while others wait (they go first).

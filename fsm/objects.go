@@ -357,9 +357,10 @@ func (f *FSM) removeMatching(match func(string) bool, force bool, src oplog.Sour
 		}
 		return true
 	})
-	b := &bulk{}
+	b := &bulk{collect: true, freed: make([]buffer, 0, len(victims))}
 	for _, it := range victims {
 		f.dropObjectIn(it.key, it.obj, oplog.OpRemove, src, b)
 	}
+	f.freeAll(b.freed)
 	return Result{Removed: uint64(len(victims))}
 }

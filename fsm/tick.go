@@ -167,10 +167,11 @@ func (f *FSM) evict() uint64 {
 			freed += c.bytes
 		}
 	}
-	b := &bulk{}
+	b := &bulk{collect: true, freed: make([]buffer, 0, len(victims))}
 	for _, c := range victims {
 		f.dropObjectIn(c.key, c.obj, oplog.OpRemove, oplog.SourceEvict, b)
 	}
+	f.freeAll(b.freed)
 	return uint64(len(victims))
 }
 
