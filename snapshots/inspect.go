@@ -7,7 +7,7 @@ type Summary struct {
 	Header    Header
 	Version   uint32
 	Sections  []SectionSummary // in file order, empty ones included
-	Digest    [32]byte         // body digest, as Writer.Digest
+	Digest    [32]byte         // body digest, as Reader.Digest
 	FileBytes int64
 }
 

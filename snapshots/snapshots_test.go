@@ -57,12 +57,17 @@ func writeBody(t testing.TB, w *Writer, secs []section) {
 	require.NoError(t, w.Close())
 }
 
+// writeSnap writes a file of secs and returns it with its body digest, as
+// its reader computes it: a file writer computes none.
 func writeSnap(t testing.TB, h Header, secs []section) ([]byte, [32]byte) {
 	var buf bytes.Buffer
 	w, err := NewWriter(&buf, h)
 	require.NoError(t, err)
 	writeBody(t, w, secs)
-	return buf.Bytes(), w.Digest()
+	require.Equal(t, [32]byte{}, w.Digest(), "a file writer's digest")
+	r, _, err := readAll(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err)
+	return buf.Bytes(), r.Digest()
 }
 
 func bodyDigest(t testing.TB, secs []section) [32]byte {

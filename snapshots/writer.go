@@ -25,22 +25,19 @@ type Writer struct {
 }
 
 // hashWriter sits below the bufio.Writer so that hashing runs over whole
-// buffers instead of per frame.
+// buffers instead of per frame. It hashes all that is written: a file
+// writer's whole file, for its trailer, and a digest writer's body, which
+// is all it writes. A file writer leaves its body's digest to the file's
+// reader (Reader.Digest): hashing the body a second time was an eighth of
+// writing a snapshot.
 type hashWriter struct {
-	dst    io.Writer
-	file   hash.Hash // nil for a digest writer
-	body   hash.Hash
-	inBody bool
+	dst  io.Writer
+	hash hash.Hash
 }
 
 func (h *hashWriter) Write(p []byte) (int, error) {
 	n, err := h.dst.Write(p)
-	if h.file != nil {
-		h.file.Write(p[:n])
-	}
-	if h.inBody {
-		h.body.Write(p[:n])
-	}
+	h.hash.Write(p[:n])
 	return n, err
 }
 
@@ -51,32 +48,30 @@ func NewWriter(w io.Writer, h Header) (*Writer, error) {
 	if len(hdr) > MaxHeaderSize {
 		return nil, errcode.New(errcode.InvalidParams, "snapshot header is %d bytes, more than the limit of %d", len(hdr), MaxHeaderSize)
 	}
-	sw := newWriter(w, sha256.New())
+	sw := newWriter(w, true)
 	sw.bw.WriteString(Magic)
 	sw.bw.Write(binary.BigEndian.AppendUint32(nil, Version))
 	sw.bw.Write(binary.AppendUvarint(nil, uint64(len(hdr))))
 	sw.bw.Write(hdr)
-	// Flush so that the body hash starts exactly at the first frame.
+	// A destination that cannot take the header fails here.
 	if err := sw.flush(); err != nil {
 		return nil, err
 	}
-	sw.hw.inBody = true
 	return sw, nil
 }
 
 // NewDigestWriter returns a Writer that only computes the body digest: it
 // writes no file, has no header and no trailer. Digest after Close equals
-// the digest of a snapshot file with the same sections and records.
+// the digest of a snapshot file with the same sections and records
+// (Reader.Digest).
 func NewDigestWriter() *Writer {
-	sw := newWriter(io.Discard, nil)
-	sw.hw.inBody = true
-	return sw
+	return newWriter(io.Discard, false)
 }
 
-func newWriter(w io.Writer, file hash.Hash) *Writer {
-	hw := &hashWriter{dst: w, file: file, body: sha256.New()}
+func newWriter(w io.Writer, file bool) *Writer {
+	hw := &hashWriter{dst: w, hash: sha256.New()}
 	sw := &Writer{bw: bufio.NewWriterSize(hw, bufSize), hw: hw, names: map[string]struct{}{}}
-	if file != nil {
+	if file {
 		sw.dst = w
 	}
 	return sw
@@ -154,19 +149,21 @@ func (w *Writer) Close() error {
 	if err := w.flush(); err != nil {
 		return err
 	}
-	w.hw.body.Sum(w.digest[:0])
 	if w.dst == nil {
+		w.hw.hash.Sum(w.digest[:0])
 		return nil
 	}
 	// Straight to dst: the trailer is not part of what it hashes.
-	if _, err := w.dst.Write(w.hw.file.Sum(nil)); err != nil {
+	if _, err := w.dst.Write(w.hw.hash.Sum(nil)); err != nil {
 		w.err = errcode.New(errcode.FileWriteFail, "writing snapshot trailer: %v", err)
 	}
 	return w.err
 }
 
-// Digest returns the SHA-256 of the body (first frame through the end tag).
-// It is valid after a successful Close and zero before.
+// Digest returns the SHA-256 of the body (first frame through the end tag)
+// written to a digest writer (NewDigestWriter). It is valid after a
+// successful Close and zero before; a file writer's is always zero (the
+// file's reader computes it, Reader.Digest).
 func (w *Writer) Digest() [32]byte {
 	if !w.closed || w.err != nil {
 		return [32]byte{}
