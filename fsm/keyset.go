@@ -12,8 +12,9 @@ import (
 // visit. As a map[string]struct{} that index cost 55–90 bytes and a
 // pointer per object, a pointer the collector followed to a random place
 // in the heap at every collection: a quarter to two fifths of the
-// collector's work on a follower's state (BenchmarkGCPerObject). Here a key costs its length and ~15 bytes,
-// and the collector marks two allocations a segment.
+// collector's work on a follower's state (BenchmarkGCPerObject). Here a
+// key costs its length and ~15 bytes, and the collector marks two
+// allocations a segment.
 type keySet struct {
 	// arena holds each key as its uvarint length, then its bytes; removed
 	// keys' bytes stay until they are over half of it (compactIfSparse).
@@ -75,11 +76,8 @@ func (s *keySet) len() int {
 	return s.n
 }
 
-// keyAt returns the key at arena offset off, without copying it; the
-// result must not outlive the next change to the set.
-func (s *keySet) keyAt(off int) []byte { return arenaKey(s.arena, off) }
-
-// arenaKey is the key whose entry starts at off in arena.
+// arenaKey is the key whose entry starts at off in arena, not copied: it
+// must not outlive the next change to the set.
 func arenaKey(arena []byte, off int) []byte {
 	l, w := binary.Uvarint(arena[off:])
 	return arena[off+w : off+w+int(l)]
@@ -94,7 +92,7 @@ func (s *keySet) find(key string, h uint64) (int, bool) {
 		if v == 0 {
 			return i, false
 		}
-		if slotTag(v) == tag && string(s.keyAt(slotOff(v))) == key {
+		if slotTag(v) == tag && string(arenaKey(s.arena, slotOff(v))) == key {
 			return i, true
 		}
 	}
@@ -176,7 +174,7 @@ func (s *keySet) home(v uint64) int {
 	if mask < 1<<(64-slotOffBits) {
 		return int(slotTag(v)) & mask
 	}
-	return int(keyHash(string(s.keyAt(slotOff(v))))) & mask
+	return int(keyHash(string(arenaKey(s.arena, slotOff(v))))) & mask
 }
 
 // resize moves the keys into a table of size slots (a power of two), and
@@ -222,7 +220,7 @@ func (s *keySet) all() iter.Seq[string] {
 			return
 		}
 		for _, v := range s.slots {
-			if v != 0 && !yield(string(s.keyAt(slotOff(v)))) {
+			if v != 0 && !yield(string(arenaKey(s.arena, slotOff(v)))) {
 				return
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -704,11 +705,11 @@ func (r *scaleResult) print(w io.Writer) {
 		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f %7.0f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
 			n.HeapBytes/1e6, n.HeapBytes/float64(r.Objects), n.LiveBytes/1e6, n.LiveBytes/float64(r.Objects), n.SnapshotBytes/1e6, n.SnapshotSecs, n.SchedStalls)
 	}
-	fmt.Fprintf(w, "  of the last snapshot's time, the writer's CPU and the file's syncs (the rest it waited for a CPU):")
-	for i, n := range r.Nodes {
-		fmt.Fprintf(w, "%s %s %.2f s and %.2f s", map[bool]string{true: ";", false: ""}[i > 0], n.ID, n.SnapshotCPUSecs, n.SnapshotSyncSecs)
+	var spent []string
+	for _, n := range r.Nodes {
+		spent = append(spent, fmt.Sprintf("%s %.2f s and %.2f s", n.ID, n.SnapshotCPUSecs, n.SnapshotSyncSecs))
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  of the last snapshot's time, the writer's CPU and the file's syncs (the rest it waited for a CPU): %s\n", strings.Join(spent, "; "))
 	fmt.Fprintf(w, "  reads, the pings among them: %.0f under the read lease, %.0f after waiting for a quorum round\n", r.LeaseReads, r.QuorumReads)
 	fmt.Fprintf(w, "  write p99 %.1f ms outside snapshots, %.1f ms during one (%d writes); writes paced by the export %.0f/s outside, %.0f/s during\n",
 		r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap, r.PacedSec, r.PacedSnapSec)
