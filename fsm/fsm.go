@@ -294,7 +294,7 @@ func indexSegments(key string, o *object) {
 	for _, r := range o.replicas {
 		for _, b := range r.buffers {
 			if b.seg.objs == nil {
-				b.seg.objs = newKeySet(0)
+				b.seg.objs = newKeySet(0, 0)
 			}
 			b.seg.objs.add(key)
 		}

@@ -53,10 +53,12 @@ func makeSlot(off int, h uint64) uint64 {
 	return hashTag(h)<<slotOffBits | uint64(off+1)
 }
 
-// newKeySet returns a set sized to hold n keys without growing.
-func newKeySet(n int) *keySet {
+// newKeySet returns a set sized to hold n keys of arenaBytes (entryLen
+// each) without growing.
+func newKeySet(n, arenaBytes int) *keySet {
 	s := &keySet{}
 	s.resize(tableSize(n))
+	s.arena = make([]byte, 0, arenaBytes)
 	return s
 }
 

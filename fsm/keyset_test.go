@@ -38,7 +38,7 @@ func TestKeySet(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newKeySet(0)
+			s := newKeySet(0, 0)
 			for _, op := range tt.ops {
 				if op[0] == '+' {
 					s.add(op[1:])
@@ -62,7 +62,7 @@ func TestKeySetModel(t *testing.T) {
 	for _, size := range []int{0, 100, 5000} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(size), 7))
-			s, want := newKeySet(size), map[string]struct{}{}
+			s, want := newKeySet(size, 0), map[string]struct{}{}
 			keys := make([]string, 3000)
 			for i := range keys {
 				keys[i] = fmt.Sprintf("obj/%d/%s", i, strings.Repeat("k", rng.IntN(40)))

@@ -36,14 +36,20 @@ type restorer struct {
 	lastKey  string
 	sessions []*session // in the order of the sessions section
 	segs     []*segment
-	segUsed  map[*segment][]freeRange
+	// bufs is every buffer read, what the allocators are rebuilt from,
+	// in chunks of usedChunk (no copying as it grows); segKeys counts, by
+	// segment, the keys its key set will hold and their bytes, so that
+	// each set is made at its final size.
+	bufs     [][]usedBuf
+	nbufs    int
+	segKeys  []keyCount
 	sessOf   map[*segment]string
 	lastTomb string
 	scratch  singleObject // the object being decoded
 }
 
 func readState(sr *snapshots.Reader) (*FSM, error) {
-	rs := &restorer{f: New(), section: -1, sessOf: map[*segment]string{}, segUsed: map[*segment][]freeRange{}}
+	rs := &restorer{f: New(), section: -1, sessOf: map[*segment]string{}}
 	for {
 		name, data, err := sr.Next()
 		if errors.Is(err, io.EOF) {
@@ -181,16 +187,47 @@ func (rs *restorer) segment(d *dec) error {
 	return nil
 }
 
-func (rs *restorer) segRef(d *dec) *segment {
+// usedBuf is a buffer read from the snapshot, by its segment's index in
+// restorer.segs.
+type usedBuf struct {
+	seg int
+	r   freeRange
+}
+
+const usedChunk = 4096
+
+func (rs *restorer) addBuf(b usedBuf) {
+	if n := len(rs.bufs); n == 0 || len(rs.bufs[n-1]) == usedChunk {
+		rs.bufs = append(rs.bufs, make([]usedBuf, 0, usedChunk))
+	}
+	last := &rs.bufs[len(rs.bufs)-1]
+	*last = append(*last, b)
+	rs.nbufs++
+}
+
+// keyCount is what a segment's key set will hold: keys, and their arena
+// bytes; last is the objects record that counted last, so that an object
+// with several buffers in the segment counts once.
+type keyCount struct{ keys, bytes, last int }
+
+// segIndex reads a segment's index in restorer.segs; -1 on error.
+func (rs *restorer) segIndex(d *dec) int {
 	i := d.u64()
 	if d.err() != nil {
-		return nil
+		return -1
 	}
 	if i >= uint64(len(rs.segs)) {
 		d.Fail("segment index %d of %d", i, len(rs.segs))
-		return nil
+		return -1
 	}
-	return rs.segs[i]
+	return int(i)
+}
+
+func (rs *restorer) segRef(d *dec) *segment {
+	if i := rs.segIndex(d); i >= 0 {
+		return rs.segs[i]
+	}
+	return nil
 }
 
 func (rs *restorer) session(d *dec) error {
@@ -252,6 +289,7 @@ func (rs *restorer) object(d *dec, packed bool) error {
 	o.softPinMs = d.i64()
 	o.keySeq = d.u64()
 	var err error
+	first := rs.nbufs
 	if o.replicas, err = rs.replicas(d, func() string { return "object " + strconv.Quote(key) }, o.size, &rs.scratch); err != nil {
 		return err
 	}
@@ -265,6 +303,7 @@ func (rs *restorer) object(d *dec, packed bool) error {
 		return corrupt("objects out of order at %q", key)
 	}
 	rs.lastKey = key
+	rs.countKey(key, rs.nbufs-first)
 	if o.single() {
 		o = o.laidOut(o.replicas[0].status)
 	} else {
@@ -325,10 +364,14 @@ func (rs *restorer) replicas(d *dec, what func() string, size uint64, scratch *s
 		var sum uint64
 		for j := range r.buffers {
 			b := &r.buffers[j]
-			b.seg = rs.segRef(d)
+			seg := rs.segIndex(d)
 			b.offset = d.u64()
 			b.length = d.u64()
 			sum += b.length
+			if d.err() == nil {
+				b.seg = rs.segs[seg]
+				rs.addBuf(usedBuf{seg, freeRange{b.offset, b.length}})
+			}
 		}
 		if d.err() != nil {
 			return nil, d.err()
@@ -340,10 +383,26 @@ func (rs *restorer) replicas(d *dec, what func() string, size uint64, scratch *s
 			if b.length == 0 || b.offset+b.length < b.offset || b.offset+b.length > b.seg.size {
 				return nil, corrupt("%s has a buffer outside segment %q", what(), b.seg.id)
 			}
-			rs.segUsed[b.seg] = append(rs.segUsed[b.seg], freeRange{b.offset, b.length})
 		}
 	}
 	return reps, d.err()
+}
+
+// countKey counts key in the key set of each segment that its object's
+// buffers, the last n read, lie in.
+func (rs *restorer) countKey(key string, n int) {
+	if rs.segKeys == nil {
+		rs.segKeys = make([]keyCount, len(rs.segs))
+	}
+	size := entryLen(len(key))
+	for i := len(rs.bufs) - 1; n > 0; i-- {
+		chunk := rs.bufs[i]
+		for j := len(chunk) - 1; j >= 0 && n > 0; j, n = j-1, n-1 {
+			if c := &rs.segKeys[chunk[j].seg]; c.last != rs.records {
+				c.keys, c.bytes, c.last = c.keys+1, c.bytes+size, rs.records
+			}
+		}
+	}
 }
 
 func (rs *restorer) draining(d *dec) error {
@@ -472,6 +531,34 @@ func (rs *restorer) ringEntry(d *dec) error {
 	return nil
 }
 
+// usedBySegment sorts the buffers read by segment (not yet by offset):
+// one slice of them all, cut by segment, instead of a slice a segment
+// grown one append at a time.
+func (rs *restorer) usedBySegment() [][]freeRange {
+	start := make([]int, len(rs.segs)+1)
+	for _, chunk := range rs.bufs {
+		for _, b := range chunk {
+			start[b.seg+1]++
+		}
+	}
+	for i := 1; i < len(start); i++ {
+		start[i] += start[i-1]
+	}
+	all := make([]freeRange, rs.nbufs)
+	next := slices.Clone(start)
+	for _, chunk := range rs.bufs {
+		for _, b := range chunk {
+			all[next[b.seg]] = b.r
+			next[b.seg]++
+		}
+	}
+	used := make([][]freeRange, len(rs.segs))
+	for i := range used {
+		used[i] = all[start[i]:start[i+1]:start[i+1]]
+	}
+	return used
+}
+
 // finish wires segments to their sessions and allocators and checks what
 // spans sections.
 func (rs *restorer) finish() error {
@@ -479,22 +566,21 @@ func (rs *restorer) finish() error {
 		return corrupt("no meta record")
 	}
 	f := rs.f
-	for _, s := range rs.segs {
+	used := rs.usedBySegment()
+	for i, s := range rs.segs {
 		if rs.sessOf[s] == "" {
 			return corrupt("segment %q belongs to no session", s.id)
 		}
-		used := rs.segUsed[s]
-		slices.SortFunc(used, func(a, b freeRange) int { return cmp.Compare(a.off, b.off) })
-		a, ok := rebuildAllocator(s.size, used)
+		slices.SortFunc(used[i], func(a, b freeRange) int { return cmp.Compare(a.off, b.off) })
+		a, ok := rebuildAllocator(s.size, used[i])
 		if !ok {
 			return corrupt("buffers overlap in segment %q", s.id)
 		}
 		s.alloc = a
-		if len(used) > 0 {
-			// Made at its final size (one key a buffer, near enough):
-			// filled one insert at a time, the key sets spent more time
-			// growing than being filled.
-			s.objs = newKeySet(len(used))
+		if rs.segKeys != nil && rs.segKeys[i].keys > 0 {
+			// Made at its final size: filled one insert at a time, the
+			// key sets spent more time growing than being filled.
+			s.objs = newKeySet(rs.segKeys[i].keys, rs.segKeys[i].bytes)
 		}
 		f.segments[s.id] = s
 		f.capacity += s.size

@@ -66,6 +66,14 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	assert.Equal(t, f.Digest(), g.Digest())
 	assert.Equal(t, f.Stats(), g.Stats())
 	require.NoError(t, g.CheckInvariants())
+	for _, s := range g.segments {
+		// Made at its final size: an object with two buffers in a
+		// segment (z/complete) counted once, nothing grown.
+		if s.objs != nil {
+			assert.Equal(t, len(s.objs.arena), cap(s.objs.arena), "segment %s's key arena", s.id)
+			assert.Equal(t, tableSize(s.objs.n), len(s.objs.slots), "segment %s's key table", s.id)
+		}
+	}
 	var again bytes.Buffer
 	require.NoError(t, g.Snapshot().Write(&again, hdr))
 	sum2, err := snapshots.Inspect(&again)
