@@ -180,6 +180,8 @@ var (
 	dDeferred     = desc("export_deferred_removals", "REMOVEs of bulk removals (unmounts, expiry, eviction, RemoveAll) waiting to enter the export ring, released at etcd's pace.")
 	dDeferredAge  = desc("export_deferred_seconds", "How long the oldest deferred REMOVE has waited (0: none); with export_backlog_seconds, what a rebuild from etcd would miss.")
 	dEvictions    = desc("evictions_total", "Objects evicted under memory pressure, as applied on this node.")
+	dRestore      = desc("snapshot_restore_seconds", "Time the last restore of a Raft snapshot into the state took (at start, or one installed from the leader); 0 before the first.")
+	dRestoreCPU   = desc("snapshot_restore_cpu_seconds", "CPU time the last restore of a Raft snapshot used (Linux); of its snapshot_restore_seconds, the rest it waited for a CPU.")
 	dLeader       = desc("leader", "1 on the promoted leader (serving clients), else 0.")
 	dState        = desc("raft_state", "1 for this node's current Raft state.", "state")
 	dTerm         = desc("raft_term", "Current Raft term.")
@@ -197,7 +199,7 @@ var (
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dObjects, dProcessing, dSegments, dSessions, dUsed, dCapacity, dSegUsed, dSegCapacity,
-		dRing, dAppliedSeq, dExportedSeq, dBacklogAge, dBacklog, dTakeRate, dEtcdDown, dPacedNow, dPaced, dPaceRefused, dDeferred, dDeferredAge, dEvictions, dLeader, dState, dTerm, dCommitIndex, dAppliedIndex, dLastIndex,
+		dRing, dAppliedSeq, dExportedSeq, dBacklogAge, dBacklog, dTakeRate, dEtcdDown, dPacedNow, dPaced, dPaceRefused, dDeferred, dDeferredAge, dEvictions, dRestore, dRestoreCPU, dLeader, dState, dTerm, dCommitIndex, dAppliedIndex, dLastIndex,
 		dLastContact, dLag, dEtcdTxns, dEtcdBytes, dReadMode, dLease, dRounds} {
 		ch <- d
 	}
@@ -244,6 +246,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, dDeferredAge, age)
 	gauge(ch, dAppliedSeq, float64(st.AppliedSeq))
 	counter(ch, dEvictions, float64(n.sm.evicted.Load()))
+	var last restored
+	if r := n.sm.lastRestore.Load(); r != nil {
+		last = *r
+	}
+	gauge(ch, dRestore, last.took.Seconds())
+	gauge(ch, dRestoreCPU, last.cpu.Seconds())
 
 	leader := n.IsLeader()
 	if leader {

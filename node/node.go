@@ -168,6 +168,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	// A state replaced under the reads is not one a lease read may trust
 	// (SnapshotRestore also suspends the lease before it starts).
 	n.sm.onRestore = n.leadership.drop
+	n.sm.onRestored = func(r restored) {
+		args := []any{"index", r.hdr.RaftIndex, "objects", r.hdr.Objects, "took", r.took.Round(time.Millisecond)}
+		if r.cpu > 0 {
+			args = append(args, "cpu", r.cpu.Round(time.Millisecond))
+		}
+		n.log.Info("restored the state from a snapshot", args...)
+	}
 	n.sm.onHalt = func(err error) {
 		n.haltOnce.Do(func() {
 			n.log.Error("stopped applying the Raft log", "error", err)

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -472,12 +474,35 @@ func TestSnapshotAndRestoreThroughRaft(t *testing.T) {
 	put(t, c.nodes[l], "a")
 	require.NoError(t, c.nodes[l].raft.Snapshot().Error())
 	f := (l + 1) % 3
+	c.converged()
+	require.NoError(t, c.nodes[f].raft.Snapshot().Error()) // restored when it starts again
 	c.stop(f)
 	put(t, c.nodes[l], "b")
 	require.NoError(t, c.nodes[l].raft.Snapshot().Error())
 	c.start(f)
 	c.converged()
 	assert.Equal(t, 2, int(c.nodes[f].Status().Objects))
+
+	// What the restore took is in the metrics: the time, and within it
+	// its own CPU.
+	r := c.nodes[f].sm.lastRestore.Load()
+	require.NotNil(t, r, "the follower restored a snapshot")
+	assert.Equal(t, uint64(1), r.hdr.Objects, "its own, of one object")
+	mfs, err := c.nodes[f].Registry().Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "moonraft_snapshot_restore_") {
+			got[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	took, cpu := got["moonraft_snapshot_restore_seconds"], got["moonraft_snapshot_restore_cpu_seconds"]
+	assert.Equal(t, r.took.Seconds(), took)
+	assert.Positive(t, took)
+	if runtime.GOOS == "linux" {
+		assert.Positive(t, cpu)
+	}
+	assert.LessOrEqual(t, cpu, took)
 }
 
 // TestJoin: a fresh node given --join of any member is added as a voter,

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/moonraft/moonraft/internal/memlimit"
 
@@ -27,11 +28,12 @@ type stateMachine struct {
 	now       func() int64
 	// onApply and onSnapshot tell the node's exporter there is work;
 	// onPromote wakes requests waiting for a leader; onRestore says the
-	// state is about to be replaced wholesale.
+	// state is about to be replaced wholesale, onRestored that it was.
 	onApply    func()
 	onPromote  func()
 	onSnapshot func(snapshotDone)
 	onRestore  func()
+	onRestored func(restored)
 	// onHalt says this node stopped applying (see halt); it must not block.
 	onHalt func(error)
 	// halt is why this node stopped applying: a log entry it cannot decode,
@@ -51,6 +53,15 @@ type stateMachine struct {
 	appliedSeq   atomic.Uint64 // the state's AppliedSeq, read without the lock
 	appliedTerm  atomic.Uint64
 	evicted      atomic.Uint64 // objects evicted by applied Ticks (metrics)
+	lastRestore  atomic.Pointer[restored]
+}
+
+// restored is what a Restore read and what it took: its time, and the CPU
+// its thread used (Linux; 0 elsewhere), the rest of the time it waited for
+// a CPU.
+type restored struct {
+	hdr       snapshots.Header
+	took, cpu time.Duration
 }
 
 func newStateMachine(clusterID, nodeID string, now func() int64) *stateMachine {
@@ -160,10 +171,24 @@ func (s *stateMachine) Restore(rc io.ReadCloser) error {
 		s.onRestore()
 	}
 	defer memlimit.Hold()()
+	// Kept on one OS thread, as Persist, to tell its CPU from its waits.
+	runtime.LockOSThread()
+	t0 := time.Now()
+	cpu0, ok0 := threadCPU()
 	next := fsm.New()
 	h, err := next.Restore(rc)
+	cpu1, ok1 := threadCPU()
+	runtime.UnlockOSThread()
 	if err != nil {
 		return err
+	}
+	done := &restored{hdr: h, took: time.Since(t0)}
+	if ok0 && ok1 {
+		done.cpu = cpu1 - cpu0
+	}
+	s.lastRestore.Store(done)
+	if s.onRestored != nil {
+		s.onRestored(*done)
 	}
 	next.TrackSessions(true)
 	set := new(sync.Map)

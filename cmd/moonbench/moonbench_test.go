@@ -353,12 +353,17 @@ func TestScaleReport(t *testing.T) {
 	assert.Contains(t, out.String(), "reads, the pings among them: 4000000 under the read lease, 1234 after waiting for a quorum round")
 
 	r.FailoverMs, r.FailoverMaxMs, r.Kills = 500, 1070, []killResult{{FailoverMs: 1070,
-		Followers: []followerTrace{{ID: "n0", LogAppends: 12, SlowestAppendMs: 512, LastContactMs: 480}},
-		Host:      hostWindow{Ms: 600, SystemMs: 700, KsoftirqdWaitMs: 410, SoftirqMs: 90, StealMs: 3, Squeezed: 7}}, {FailoverMs: 500}}
+		Followers:   []followerTrace{{ID: "n0", LogAppends: 12, SlowestAppendMs: 512, LastContactMs: 480}},
+		Host:        hostWindow{Ms: 600, SystemMs: 700, KsoftirqdWaitMs: 410, SoftirqMs: 90, StealMs: 3, Squeezed: 7},
+		RestartSecs: 9.7, Restore: restoreTime{5.76, 0.8}}, {FailoverMs: 500}}
+	r.JoinRestore = restoreTime{4.04, 0.83}
 	out.Reset()
 	r.print(&out)
 	assert.Contains(t, out.String(), "failover 500 ms to the next answered write (0 ms to a promoted leader), the median of 2 kills, the slowest 1070 ms")
 	assert.Regexp(t, `kill 1: the next write answered at 1070 ms.*\n    n0 last heard from the leader at 480 ms; .* 12 log writes, the slowest within 512 ms`, out.String())
+	assert.Contains(t, out.String(), "the old leader caught up 9.7 s after its restart (its snapshot restored in 5.8 s, 0.80 s of it its CPU)")
+	assert.Contains(t, out.String(), "the joining node: its snapshot restored in 4.0 s, 0.83 s of it its CPU")
+	assert.Contains(t, out.String(), "kill 2: the next write answered at 500 ms, a promoted leader seen at 0 ms; the old leader caught up 0.0 s after its restart (no snapshot restored)")
 	assert.Contains(t, out.String(), "host from the kill to the promotion (600 ms): the kernel took 700 ms of CPU, softirqs 90 ms, the hypervisor 3 ms; ksoftirqd waited 410 ms for a CPU; 7 softirqs out of budget")
 }
 

@@ -104,6 +104,25 @@ type scaleResult struct {
 	RestartSecs        float64      `json:"restart_secs"`              // the kills' median
 	JoinSecs           float64      `json:"join_secs"`
 	JoinBySnapshot     bool         `json:"join_by_snapshot"` // the leader sent the joining node a snapshot
+	JoinRestore        restoreTime  `json:"join_restore"`
+}
+
+// restoreTime is a node's last restore of a snapshot: its time and the CPU
+// it used (the rest it waited for a CPU), from the node's metrics.
+type restoreTime struct {
+	Secs    float64 `json:"secs"`
+	CPUSecs float64 `json:"cpu_secs"`
+}
+
+func restoreOf(m map[string]*dto.MetricFamily) restoreTime {
+	return restoreTime{gauge(m, "moonraft_snapshot_restore_seconds"), gauge(m, "moonraft_snapshot_restore_cpu_seconds")}
+}
+
+func (r restoreTime) String() string {
+	if r.Secs == 0 {
+		return "no snapshot restored"
+	}
+	return fmt.Sprintf("its snapshot restored in %.1f s, %.2f s of it its CPU", r.Secs, r.CPUSecs)
 }
 
 // scaleSample is the nodes' memory at a point of the fill.
@@ -717,8 +736,9 @@ func (r *scaleResult) print(w io.Writer) {
 		r.IdleLogBytesSec, r.IdleLogEntrySec, r.IdleLeaderCPU, r.IdleEtcdTxnsSec, r.IdleEtcdBytesSec)
 	fmt.Fprintf(w, "  failover %.0f ms to the next answered write (%.0f ms to a promoted leader), the median of %d kills, the slowest %.0f ms; %d sessions lost, %d remounts; restart caught up in %.1f s (median), a fresh node joined in %.1f s (%s)\n",
 		r.FailoverMs, r.FailoverPromotedMs, len(r.Kills), r.FailoverMaxMs, r.SessionsLost, r.Remounts, r.RestartSecs, r.JoinSecs, map[bool]string{true: "sent a snapshot", false: "sent the log"}[r.JoinBySnapshot])
+	fmt.Fprintf(w, "  the joining node: %s\n", r.JoinRestore)
 	for k, kr := range r.Kills {
-		fmt.Fprintf(w, "  kill %d: the next write answered at %.0f ms, a promoted leader seen at %.0f ms; the old leader caught up %.1f s after its restart\n", k+1, kr.FailoverMs, kr.PromotedMs, kr.RestartSecs)
+		fmt.Fprintf(w, "  kill %d: the next write answered at %.0f ms, a promoted leader seen at %.0f ms; the old leader caught up %.1f s after its restart (%s)\n", k+1, kr.FailoverMs, kr.PromotedMs, kr.RestartSecs, kr.Restore)
 		for _, c := range kr.ProbeCalls {
 			outcome := "answered"
 			if c.Error != "" {

@@ -62,6 +62,7 @@ type killResult struct {
 	// to the next answered.
 	ProbeCalls   []probeCall `json:"probe_calls"`
 	RestartSecs  float64     `json:"restart_secs"` // the old leader on its data dir, to caught up
+	Restore      restoreTime `json:"restore"`      // of its snapshot, within RestartSecs
 	SessionsLost int         `json:"sessions_lost"`
 }
 
@@ -123,6 +124,11 @@ func (s *scaleRun) kill(ctx context.Context, profilePrefix string) (*killResult,
 		return nil, err
 	}
 	kr.RestartSecs = time.Since(t0).Seconds()
+	m, err := s.metrics(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	kr.Restore = restoreOf(m)
 	// A session the failover cost has expired by now: a client TTL
 	// (10 s) after the kill, with every client pinging.
 	time.Sleep(time.Until(kill.Add(12 * time.Second)))
@@ -437,6 +443,7 @@ func (s *scaleRun) join(ctx context.Context, r *scaleResult) error {
 		return err
 	}
 	r.JoinBySnapshot = histCount(m, "moonraft_snapshot_write_seconds") > 0
+	r.JoinRestore = restoreOf(m)
 	return nil
 }
 
