@@ -20,6 +20,7 @@ func (f *FSM) Restore(r io.Reader) (snapshots.Header, error) {
 	if err != nil {
 		return snapshots.Header{}, err
 	}
+	sr.SkipDigest()
 	nf, err := readState(sr)
 	if err != nil {
 		return snapshots.Header{}, err

@@ -169,7 +169,9 @@ func (r *Reader) readSection(at int64) error {
 
 func (r *Reader) readTrailer() error {
 	r.flushHash()
-	r.body.Sum(r.digest[:0])
+	if r.body != nil {
+		r.body.Sum(r.digest[:0])
+	}
 	at := r.off()
 	if err := r.fill(trailerSize); err != nil {
 		r.digest = [32]byte{}
@@ -200,8 +202,13 @@ func (r *Reader) expectEnd() error {
 	}
 }
 
+// SkipDigest, called before the first Next, spares the reader hashing the
+// body a second time for Digest (the file's checksum is verified all the
+// same); Digest is then zero.
+func (r *Reader) SkipDigest() { r.body = nil }
+
 // Digest returns the SHA-256 of the body. It is valid after Next returned
-// io.EOF and zero before.
+// io.EOF and zero before, or after SkipDigest.
 func (r *Reader) Digest() [32]byte {
 	if r.err != io.EOF {
 		return [32]byte{}
@@ -234,7 +241,7 @@ func isEOF(err error) bool {
 
 func (r *Reader) hash(p []byte) {
 	r.file.Write(p)
-	if r.inBody {
+	if r.inBody && r.body != nil {
 		r.body.Write(p)
 	}
 }

@@ -410,6 +410,34 @@ func TestReaderIsSticky(t *testing.T) {
 	assert.Equal(t, [32]byte{}, r.Digest(), "no digest for a corrupted file")
 }
 
+// A reader that skips the digest still verifies the file's checksum.
+func TestSkipDigest(t *testing.T) {
+	file := smallSnap(t)
+	bad := bytes.Clone(file)
+	bad[len(bad)/2] ^= 1
+	for _, tc := range []struct {
+		name string
+		file []byte
+		want error
+	}{{"intact", file, io.EOF}, {"corrupted", bad, nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := NewReader(bytes.NewReader(tc.file))
+			require.NoError(t, err)
+			r.SkipDigest()
+			for err == nil {
+				_, _, err = r.Next()
+			}
+			if tc.want != nil {
+				assert.Equal(t, tc.want, err)
+			} else {
+				assert.Error(t, err)
+				assert.NotEqual(t, io.EOF, err)
+			}
+			assert.Equal(t, [32]byte{}, r.Digest())
+		})
+	}
+}
+
 // The caller may scribble over a record it was given: the checksum covers
 // what was read, not what the buffer holds later.
 func TestCallerMayModifyRecords(t *testing.T) {
