@@ -18,21 +18,33 @@ import (
 // segments sized so the objects fill fill/1 of them, through Apply as the
 // Raft log would. Keys are benchKey's (14 bytes).
 func benchState(b *testing.B, n int, fill float64) *FSM {
+	return benchStateOf(b, n, fill, 1, 16)
+}
+
+// benchStateOf is benchState with objects spread over clients, each with
+// segs segments of its own, the ith object put by client i%clients.
+func benchStateOf(b *testing.B, n int, fill float64, clients, segs int) *FSM {
 	b.Helper()
 	f := New()
-	const nSegs, objSize = 16, 4096
-	segSize := uint64(float64(n)/fill/nSegs+1) * objSize
+	const objSize = 4096
+	segSize := uint64(float64(n)/fill/float64(clients*segs)+1) * objSize
 	now := int64(1_700_000_000_000)
-	for i := 0; i < nSegs; i++ {
-		f.Apply(Encode(&MountSegment{NowMs: now, ClientID: "bench", Segment: SegmentSpec{
+	client := func(i int) string {
+		if clients == 1 {
+			return "bench"
+		}
+		return fmt.Sprintf("5f0c8a51-21f4-4c49-9d5e-%012d", i) // a Mooncake client's UUID
+	}
+	for i := 0; i < clients*segs; i++ {
+		f.Apply(Encode(&MountSegment{NowMs: now, ClientID: client(i / segs), Segment: SegmentSpec{
 			ID: fmt.Sprintf("seg-%02d", i), Name: fmt.Sprintf("host-%02d:7000", i), Base: 0x7f0000000000 + uint64(i)*segSize, Size: segSize}}))
 	}
 	for i := 0; i < n; i++ {
-		key := benchKey(i)
-		if r := f.Apply(Encode(&PutStart{NowMs: now, Key: key, SliceLengths: []uint64{objSize}, ReplicaNum: 1, ClientID: "bench"})); r.Err != nil {
+		key, c := benchKey(i), client(i%clients)
+		if r := f.Apply(Encode(&PutStart{NowMs: now, Key: key, SliceLengths: []uint64{objSize}, ReplicaNum: 1, ClientID: c})); r.Err != nil {
 			b.Fatal(r.Err)
 		}
-		f.Apply(Encode(&PutEnd{NowMs: now, Key: key, ClientID: "bench"}))
+		f.Apply(Encode(&PutEnd{NowMs: now, Key: key, ClientID: c}))
 		if f.ring.len() >= 100_000 {
 			f.Apply(Encode(&Exported{Seq: f.appliedSeq}))
 		}
@@ -195,16 +207,7 @@ func BenchmarkSnapshot1M(b *testing.B) {
 		}
 		b.ReportMetric(float64(buf.Len())/1e6, "MB")
 	})
-	b.Run("restore", func(b *testing.B) {
-		// Without collections, as a node restores (internal/memlimit.Hold).
-		defer debug.SetGCPercent(debug.SetGCPercent(-1))
-		for i := 0; i < b.N; i++ {
-			g := New()
-			if _, err := g.Restore(bytes.NewReader(buf.Bytes())); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	b.Run("restore", func(b *testing.B) { benchRestore(b, buf.Bytes()) })
 	b.Run("digest", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			f.Digest()
@@ -216,6 +219,31 @@ func BenchmarkSnapshot1M(b *testing.B) {
 			f.Snapshot()
 		}
 	})
+}
+
+// BenchmarkRestore1MOf10kClients restores a million objects of 10,000
+// clients, a segment each: the scale harness's state (moonbench --scale),
+// where each object's owner and segment are one of 10,000.
+func BenchmarkRestore1MOf10kClients(b *testing.B) {
+	f := benchStateOf(b, 1_000_000, 0.5, 10_000, 1)
+	var buf bytes.Buffer
+	if err := f.Snapshot().Write(&buf, snapshots.Header{}); err != nil {
+		b.Fatal(err)
+	}
+	benchRestore(b, buf.Bytes())
+}
+
+func benchRestore(b *testing.B, file []byte) {
+	// Without collections, as a node restores (internal/memlimit.Hold).
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		g := New()
+		if _, err := g.Restore(bytes.NewReader(file)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(file))/1e6, "MB")
 }
 
 // BenchmarkHeapPerObject measures live heap bytes per complete object
