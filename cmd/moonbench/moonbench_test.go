@@ -527,3 +527,13 @@ func TestScaleKey(t *testing.T) {
 	slices.Sort(gaps)
 	require.Greater(t, gaps[len(gaps)/2], n/100, "median distance in making between neighbours in key order")
 }
+
+// TestMachineNamesPageTouch: the machine line says what a page's first
+// touch costs, which a restore's time depends on.
+func TestMachineNamesPageTouch(t *testing.T) {
+	d, err := pageTouch()
+	require.NoError(t, err)
+	assert.Positive(t, d)
+	assert.Less(t, d, time.Millisecond, "per 4 KiB page")
+	assert.Regexp(t, `^\d+ cores, .*, a page's first touch \d+\.\d µs$`, machine())
+}
