@@ -122,6 +122,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, errcode.New(errcode.FileWriteFail, "data dir %s: %v", cfg.DataDir, err)
 	}
+	// The first line of a start, so that the log times every step of one.
+	cfg.Logger.Info("starting", "node", cfg.ID, "data_dir", cfg.DataDir)
 	n := &Node{
 		cfg:          cfg,
 		log:          cfg.Logger.With("node", cfg.ID),
