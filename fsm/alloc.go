@@ -1,6 +1,6 @@
 package fsm
 
-import "github.com/google/btree"
+import "github.com/moonraft/moonraft/internal/btree"
 
 // freeRange is a free extent [off, off+len) inside one segment, offsets
 // relative to the segment's base.

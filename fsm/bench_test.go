@@ -267,6 +267,28 @@ func BenchmarkHeapPerObject(b *testing.B) {
 			}
 		})
 	}
+	// A follower's state restored from a snapshot: its tree built full
+	// (btree.Builder), not grown by inserts.
+	b.Run("restored", func(b *testing.B) {
+		var file bytes.Buffer
+		if err := benchState(b, n, 0.5).Snapshot().Write(&file, snapshots.Header{}); err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < b.N; i++ {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			f := New()
+			if _, err := f.Restore(bytes.NewReader(file.Bytes())); err != nil {
+				b.Fatal(err)
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			keyBytes := n * len(benchKey(0))
+			b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)-int64(keyBytes))/n, "B/object")
+			runtime.KeepAlive(f)
+		}
+	})
 }
 
 // BenchmarkBatchPut: what a node does per object of a 32-key batch put on

@@ -20,8 +20,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/google/btree"
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/internal/btree"
 	"github.com/moonraft/moonraft/lease"
 	"github.com/moonraft/moonraft/oplog"
 )
@@ -178,7 +178,7 @@ func New() *FSM {
 		segNames:   map[string]*segment{},
 		sessions:   map[string]*session{},
 		deadlines:  lease.NewDeadlineHeap(),
-		objects:    btree.NewG(btreeDegree, func(a, b objItem) bool { return a.key < b.key }),
+		objects:    btree.NewG(btreeDegree, objLess),
 		tombstones: btree.NewG(btreeDegree, func(a, b tombstone) bool { return a.key < b.key }),
 		replaced:   map[string][]replica{},
 		processing: newProcIndex(),
@@ -276,6 +276,8 @@ func (f *FSM) putObject(key string, o *object) {
 
 // storeObject is putObject without the segments' key sets, which a restore
 // builds at once when it has every object (restorer.finish).
+func objLess(a, b objItem) bool { return a.key < b.key }
+
 func (f *FSM) storeObject(key string, o *object) (old objItem, had bool) {
 	o.gen = f.gen
 	old, had = f.objects.ReplaceOrInsert(objItem{key, o})

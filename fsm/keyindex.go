@@ -3,7 +3,7 @@ package fsm
 import (
 	"context"
 
-	"github.com/google/btree"
+	"github.com/moonraft/moonraft/internal/btree"
 )
 
 // The leader's key index: a hash of the objects by key. The leader, which

@@ -1,6 +1,6 @@
 package fsm
 
-import "github.com/google/btree"
+import "github.com/moonraft/moonraft/internal/btree"
 
 // readAheadLen is how many objects a walk of the whole object tree reads
 // ahead of its work.

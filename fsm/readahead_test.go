@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/google/btree"
+	"github.com/moonraft/moonraft/internal/btree"
 	"github.com/stretchr/testify/assert"
 )
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/moonraft/moonraft/errcode"
+	"github.com/moonraft/moonraft/internal/btree"
 	"github.com/moonraft/moonraft/oplog"
 	"github.com/moonraft/moonraft/snapshots"
 )
@@ -35,7 +36,8 @@ type restorer struct {
 	section  int // index in sectionOrder of the current section
 	records  int // records seen in the current section
 	lastKey  string
-	sessions []*session // in the order of the sessions section
+	objects  *btree.Builder[objItem] // while the objects section is read; then f.objects
+	sessions []*session              // in the order of the sessions section
 	segs     []*segment
 	// bufs is every buffer read, what the allocators are rebuilt from,
 	// in chunks of usedChunk (no copying as it grows); segKeys counts, by
@@ -88,6 +90,7 @@ func (rs *restorer) record(name string, data []byte) error {
 		if next == len(sectionOrder) || (rs.section < 0 && name != "meta") {
 			return corrupt("unexpected section %q (sections are %v, in that order, meta first)", name, sectionOrder)
 		}
+		rs.endObjects()
 		rs.section, rs.records = next, 0
 	}
 	rs.records++
@@ -300,7 +303,10 @@ func (rs *restorer) object(d *dec, packed bool) error {
 	if len(o.replicas) == 0 || len(o.replicas) > MaxReplicas {
 		return corrupt("object %q has %d replicas", key, len(o.replicas))
 	}
-	if rs.lastKey >= key && rs.f.objects.Len() > 0 {
+	if rs.objects == nil {
+		rs.objects = btree.NewBuilder(btreeDegree, objLess)
+	}
+	if rs.lastKey >= key && rs.objects.Len() > 0 {
 		return corrupt("objects out of order at %q", key)
 	}
 	rs.lastKey = key
@@ -312,8 +318,24 @@ func (rs *restorer) object(d *dec, packed bool) error {
 		c.replicas = slices.Clone(o.replicas)
 		o = &c
 	}
-	rs.f.storeObject(key, o) // the segments' key sets are built in finish
+	// Stored as storeObject stores one, the tree built without a search
+	// per object (in key order, as checked); the segments' key sets are
+	// built in finish.
+	o.gen = rs.f.gen
+	rs.objects.Add(objItem{key, o})
+	if o.processing() {
+		rs.f.processing.set(key, o)
+	}
 	return nil
+}
+
+// endObjects makes the objects read so far the state's tree: at the end
+// of the objects section, before a later section looks objects up.
+func (rs *restorer) endObjects() {
+	if rs.objects != nil {
+		rs.f.objects = rs.objects.Tree()
+		rs.objects = nil
+	}
 }
 
 // objectOwner reads the id of the client that put o. A live client's id is
@@ -566,6 +588,7 @@ func (rs *restorer) finish() error {
 	if rs.section < 0 {
 		return corrupt("no meta record")
 	}
+	rs.endObjects()
 	f := rs.f
 	used := rs.usedBySegment()
 	for i, s := range rs.segs {

@@ -5,7 +5,7 @@ import (
 	"io"
 	"slices"
 
-	"github.com/google/btree"
+	"github.com/moonraft/moonraft/internal/btree"
 	"github.com/moonraft/moonraft/snapshots"
 )
 
