@@ -303,12 +303,6 @@ func (rs *restorer) object(d *dec, packed bool) error {
 	if len(o.replicas) == 0 || len(o.replicas) > MaxReplicas {
 		return corrupt("object %q has %d replicas", key, len(o.replicas))
 	}
-	if rs.objects == nil {
-		rs.objects = btree.NewBuilder(btreeDegree, objLess)
-	}
-	if rs.lastKey >= key && rs.objects.Len() > 0 {
-		return corrupt("objects out of order at %q", key)
-	}
 	rs.lastKey = key
 	rs.countKey(key, rs.nbufs-first)
 	if o.single() {
@@ -319,10 +313,15 @@ func (rs *restorer) object(d *dec, packed bool) error {
 		o = &c
 	}
 	// Stored as storeObject stores one, the tree built without a search
-	// per object (in key order, as checked); the segments' key sets are
-	// built in finish.
+	// per object, which takes objects in key order only; the segments'
+	// key sets are built in finish.
+	if rs.objects == nil {
+		rs.objects = btree.NewBuilder(btreeDegree, objLess)
+	}
 	o.gen = rs.f.gen
-	rs.objects.Add(objItem{key, o})
+	if !rs.objects.Add(objItem{key, o}) {
+		return corrupt("objects out of order at %q", key)
+	}
 	if o.processing() {
 		rs.f.processing.set(key, o)
 	}

@@ -356,6 +356,19 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 				return "objects.v2", pe.object(key, o)
 			})
 		}, errcode.InvalidParams},
+		{"an object twice", func() []byte {
+			f := good()
+			var first string
+			return rewriteObjects(t, f, write(f), func(i int, key string, o *object, pe packedEnc) (string, []byte) {
+				if i == 0 {
+					first = key
+				}
+				if i == 1 {
+					return "objects.v2", pe.object(first, o) // the key before it, again
+				}
+				return "objects.v2", pe.object(key, o)
+			})
+		}, errcode.FileReadFail},
 		{"malformed record", func() []byte {
 			var buf bytes.Buffer
 			w, _ := snapshots.NewWriter(&buf, snapshots.Header{})
