@@ -187,6 +187,7 @@ func runScale(ctx context.Context, cfg config, args string) error {
 	defer lc.close()
 	s := &scaleRun{cfg: cfg, lc: lc, http: &http.Client{Timeout: 10 * time.Second}, start: time.Now(),
 		rep: &scaleReport{Machine: machine(), Date: time.Now().UTC().Format(time.RFC3339), Args: args}}
+	fmt.Printf("moonbench %s\nmachine: %s\ndate: %s\n", s.rep.Args, s.rep.Machine, s.rep.Date)
 	if cfg.scalePings == scalePingsGRPC {
 		if s.pingers, err = client.Dial(client.Config{Endpoints: lc.endpoints()}); err != nil {
 			return err
