@@ -253,18 +253,11 @@ func BenchmarkHeapPerObject(b *testing.B) {
 	const n = 1_000_000
 	for _, leader := range []bool{false, true} {
 		b.Run(map[bool]string{false: "follower", true: "leader"}[leader], func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				var before, after runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&before)
+			heapPerObject(b, n, func() *FSM {
 				f := benchState(b, n, 0.5)
 				f.IndexKeys(leader)
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				keyBytes := n * len(benchKey(0))
-				b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)-int64(keyBytes))/n, "B/object")
-				runtime.KeepAlive(f)
-			}
+				return f
+			})
 		})
 	}
 	// A follower's state restored from a snapshot: its tree built full
@@ -274,21 +267,30 @@ func BenchmarkHeapPerObject(b *testing.B) {
 		if err := benchState(b, n, 0.5).Snapshot().Write(&file, snapshots.Header{}); err != nil {
 			b.Fatal(err)
 		}
-		for i := 0; i < b.N; i++ {
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
+		heapPerObject(b, n, func() *FSM {
 			f := New()
 			if _, err := f.Restore(bytes.NewReader(file.Bytes())); err != nil {
 				b.Fatal(err)
 			}
-			runtime.GC()
-			runtime.ReadMemStats(&after)
-			keyBytes := n * len(benchKey(0))
-			b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)-int64(keyBytes))/n, "B/object")
-			runtime.KeepAlive(f)
-		}
+			return f
+		})
 	})
+}
+
+// heapPerObject reports the live heap of the state build makes, per object
+// of its n, key bytes aside.
+func heapPerObject(b *testing.B, n int, build func() *FSM) {
+	for i := 0; i < b.N; i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		f := build()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		keyBytes := n * len(benchKey(0))
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)-int64(keyBytes))/float64(n), "B/object")
+		runtime.KeepAlive(f)
+	}
 }
 
 // BenchmarkBatchPut: what a node does per object of a 32-key batch put on
