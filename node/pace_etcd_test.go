@@ -317,10 +317,13 @@ func TestExpiryDeferredUnderLoad(t *testing.T) {
 			c.ExportSoftEntries = soft
 			c.Params.ClientTTLMs = 2000
 		})
-		defer keepPinging(nd, "c1")() // c1 stays; c2 never pings and expires
+		defer keepPinging(nd, "c1")() // c1 stays; c2 expires once etcd is slow
 		mountSegments(t, nd)
+		// c2 pings until then, however long the fill takes on a busy machine.
+		silence := keepPinging(nd, "c2")
 		fillSegment(t, nd, "c2", "big", objects)
 		slowEtcd(t, proxy)
+		silence()
 
 		stopAt := time.Now().Add(7 * time.Second)
 		w := startWriters(nd, writers, batch, 0, stopAt)
@@ -389,9 +392,13 @@ func TestExpiryYieldsToWrites(t *testing.T) {
 		})
 		defer keepPinging(nd, "c1")()
 		mountSegments(t, nd)
+		// c2 pings until etcd is slow, however long the fill and its export
+		// take on a busy machine; then it expires while etcd is slow.
+		silence := keepPinging(nd, "c2")
 		fillSegment(t, nd, "c2", "big", objects)
 		waitExported(t, nd, direct, 10*time.Second)
 		slowEtcd(t, proxy)
+		silence()
 		paced := nd.pacer.stats().Paced // the fill's batches may have waited
 
 		stopAt := time.Now().Add(time.Minute)
