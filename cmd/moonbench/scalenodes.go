@@ -450,3 +450,21 @@ func (s *scaleRun) join(ctx context.Context, r *scaleResult) error {
 // clockFormat is how the snapshots' progress lines give the time of day,
 // to match with profileWindows' file names.
 const clockFormat = "15:04:05.0"
+
+// restoreTime is a node's last restore of a snapshot: its time and the CPU
+// it used (the rest it waited for a CPU), from the node's metrics.
+type restoreTime struct {
+	Secs    float64 `json:"secs"`
+	CPUSecs float64 `json:"cpu_secs"`
+}
+
+func restoreOf(m map[string]*dto.MetricFamily) restoreTime {
+	return restoreTime{gauge(m, "moonraft_snapshot_restore_seconds"), gauge(m, "moonraft_snapshot_restore_cpu_seconds")}
+}
+
+func (r restoreTime) String() string {
+	if r.Secs == 0 {
+		return "no snapshot restored"
+	}
+	return fmt.Sprintf("its snapshot restored in %.1f s, %.2f s of it its CPU", r.Secs, r.CPUSecs)
+}
