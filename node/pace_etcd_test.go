@@ -32,6 +32,9 @@ func TestWritesPacedToSlowEtcd(t *testing.T) {
 	underOneLeader(t, func(t *testing.T) bool {
 		_, nd, proxy, direct := proxiedCluster(t, 0, func(c *Config) { c.ExportSoftEntries = soft })
 		mountSegments(t, nd)
+		// c1 pings: the run and the catch-up outlive a silent session, whose
+		// expiry would add REMOVEs after the OpLog's count is sampled.
+		defer keepPinging(nd, "c1")()
 
 		slowEtcd(t, proxy)
 
