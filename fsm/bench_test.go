@@ -207,7 +207,8 @@ func BenchmarkSnapshot1M(b *testing.B) {
 		}
 		b.ReportMetric(float64(buf.Len())/1e6, "MB")
 	})
-	b.Run("restore", func(b *testing.B) { benchRestore(b, buf.Bytes()) })
+	b.Run("restore", func(b *testing.B) { benchRestore(b, buf.Bytes(), runtime.GOMAXPROCS(0)) })
+	b.Run("restore-in-turn", func(b *testing.B) { benchRestore(b, buf.Bytes(), 1) })
 	b.Run("digest", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			f.Digest()
@@ -230,16 +231,19 @@ func BenchmarkRestore1MOf10kClients(b *testing.B) {
 	if err := f.Snapshot().Write(&buf, snapshots.Header{}); err != nil {
 		b.Fatal(err)
 	}
-	benchRestore(b, buf.Bytes())
+	b.Run("parallel", func(b *testing.B) { benchRestore(b, buf.Bytes(), runtime.GOMAXPROCS(0)) })
+	b.Run("in-turn", func(b *testing.B) { benchRestore(b, buf.Bytes(), 1) })
 }
 
-func benchRestore(b *testing.B, file []byte) {
+// benchRestore restores file as a node does (width GOMAXPROCS) or in turn
+// (width 1).
+func benchRestore(b *testing.B, file []byte, width int) {
 	// Without collections, as a node restores (internal/memlimit.Hold).
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		g := New()
-		if _, err := g.Restore(bytes.NewReader(file)); err != nil {
+		if _, err := g.RestoreParallel(bytes.NewReader(file), width, inGoroutines); err != nil {
 			b.Fatal(err)
 		}
 	}

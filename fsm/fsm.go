@@ -55,6 +55,7 @@ type segment struct {
 	// kept by putObject and forget: an unmount visits them, not every
 	// object (nil until the first).
 	objs *keySet
+	part int // the part of a restore's finish that built objs
 }
 
 type buffer struct {

@@ -72,7 +72,8 @@ func FuzzApplyStream(f *testing.F) {
 }
 
 // FuzzRestore: any bytes given to Restore either restore a state that holds
-// every invariant, or are refused with the old state untouched; never a panic.
+// every invariant, or are refused with the old state untouched; never a
+// panic. A restore in parallel, in batches of two records, does the same.
 func FuzzRestore(f *testing.F) {
 	x := newH(f)
 	x.mount("c1", "s1", 0, 1000)
@@ -87,10 +88,15 @@ func FuzzRestore(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s := New()
 		before := s.Digest()
-		if _, err := s.Restore(bytes.NewReader(b)); err != nil {
+		_, err := s.Restore(bytes.NewReader(b))
+		p := New()
+		_, perr := p.restore(bytes.NewReader(b), 3, inGoroutines, 2)
+		require.Equal(t, err, perr, "in parallel")
+		if err != nil {
 			require.Equal(t, before, s.Digest())
 			return
 		}
 		require.NoError(t, s.CheckInvariants())
+		require.Equal(t, s.Digest(), p.Digest(), "in parallel")
 	})
 }

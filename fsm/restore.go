@@ -17,12 +17,28 @@ import (
 // built aside and validated — checksum, canonical order, every invariant —
 // and swapped in only if all of it holds; on error f is unchanged.
 func (f *FSM) Restore(r io.Reader) (snapshots.Header, error) {
+	return f.RestoreParallel(r, 1, nil)
+}
+
+// RestoreParallel is Restore with its work split into tasks that par
+// runs: the objects' decoding in width tasks at once, and the segments'
+// allocators and key sets in width parts. The state is the same as
+// Restore's; par nil runs the tasks in turn.
+func (f *FSM) RestoreParallel(r io.Reader, width int, par Parallel) (snapshots.Header, error) {
+	return f.restore(r, width, par, objectBatch)
+}
+
+// restore is RestoreParallel with batch object records a decoding task.
+func (f *FSM) restore(r io.Reader, width int, par Parallel, batch int) (snapshots.Header, error) {
 	sr, err := snapshots.NewReader(r)
 	if err != nil {
 		return snapshots.Header{}, err
 	}
 	sr.SkipDigest()
-	nf, err := readState(sr)
+	if par == nil {
+		par = inTurn
+	}
+	nf, err := readState(sr, max(width, 1), par, batch)
 	if err != nil {
 		return snapshots.Header{}, err
 	}
@@ -33,37 +49,38 @@ func (f *FSM) Restore(r io.Reader) (snapshots.Header, error) {
 // restorer builds a state from snapshot records, section by section.
 type restorer struct {
 	f        *FSM
-	section  int // index in sectionOrder of the current section
-	records  int // records seen in the current section
-	lastKey  string
+	par      Parallel
+	batch    int                     // object records a decoding task takes at once
+	section  int                     // index in sectionOrder of the current section
+	records  int                     // records seen in the current section
 	objects  *btree.Builder[objItem] // while the objects section is read; then f.objects
 	sessions []*session              // in the order of the sessions section
 	segs     []*segment
-	// bufs is every buffer read, what the allocators are rebuilt from,
-	// in chunks of usedChunk (no copying as it grows); segKeys counts, by
-	// segment, the keys its key set will hold and their bytes, so that
-	// each set is made at its final size.
-	bufs     [][]usedBuf
-	nbufs    int
-	segKeys  []keyCount
+	// workers are the objects' decoding tasks' own; the first also
+	// serves the other sections' buffers.
+	workers  []*objWorker
 	sessOf   map[*segment]string
 	lastTomb string
-	scratch  singleObject // the object being decoded
 }
 
-func readState(sr *snapshots.Reader) (*FSM, error) {
-	rs := &restorer{f: New(), section: -1, sessOf: map[*segment]string{}}
-	for {
-		name, data, err := sr.Next()
-		if errors.Is(err, io.EOF) {
-			break
+func readState(sr *snapshots.Reader, width int, par Parallel, batch int) (*FSM, error) {
+	rs := &restorer{f: New(), par: par, batch: batch, section: -1, sessOf: map[*segment]string{}}
+	for range width {
+		rs.workers = append(rs.workers, &objWorker{})
+	}
+	name, data, err := sr.Next()
+	for err == nil {
+		if isObjects(name) {
+			name, data, err = rs.objectSection(sr, name, data)
+			continue
 		}
-		if err != nil {
+		if err = rs.record(name, data); err != nil {
 			return nil, err
 		}
-		if err := rs.record(name, data); err != nil {
-			return nil, err
-		}
+		name, data, err = sr.Next()
+	}
+	if !errors.Is(err, io.EOF) {
+		return nil, err
 	}
 	if err := rs.finish(); err != nil {
 		return nil, err
@@ -76,24 +93,9 @@ func corrupt(format string, args ...any) error {
 }
 
 func (rs *restorer) record(name string, data []byte) error {
-	if !slices.Contains(sectionOrder, name) {
-		return errcode.New(errcode.InvalidVersion,
-			"snapshot section %q is unknown to this build: the snapshot was written by a newer moonraft; restore it with that release", name)
+	if err := rs.enter(name); err != nil {
+		return err
 	}
-	if rs.section < 0 || sectionOrder[rs.section] != name {
-		// The reader only shows records, so an empty section is simply
-		// skipped; the ones that appear must keep the canonical order.
-		next := rs.section + 1
-		for next < len(sectionOrder) && sectionOrder[next] != name {
-			next++
-		}
-		if next == len(sectionOrder) || (rs.section < 0 && name != "meta") {
-			return corrupt("unexpected section %q (sections are %v, in that order, meta first)", name, sectionOrder)
-		}
-		rs.endObjects()
-		rs.section, rs.records = next, 0
-	}
-	rs.records++
 	dd := newDec(data, "snapshot record", name)
 	d := &dd
 	var err error
@@ -104,13 +106,6 @@ func (rs *restorer) record(name string, data []byte) error {
 		err = rs.segment(d)
 	case "sessions":
 		err = rs.session(d)
-	case "objects":
-		err = rs.object(d, false)
-	case "objects.v2":
-		if rs.records == 1 && rs.f.objects.Len() > 0 {
-			return corrupt("objects in both sections objects and objects.v2")
-		}
-		err = rs.object(d, true)
 	case "tombstones":
 		err = rs.tombstone(d)
 	case "ring":
@@ -130,6 +125,30 @@ func (rs *restorer) record(name string, data []byte) error {
 		err = d.done()
 	}
 	return err
+}
+
+// enter counts a record of section name, which must be the current
+// section or one after it in the canonical order.
+func (rs *restorer) enter(name string) error {
+	if !slices.Contains(sectionOrder, name) {
+		return errcode.New(errcode.InvalidVersion,
+			"snapshot section %q is unknown to this build: the snapshot was written by a newer moonraft; restore it with that release", name)
+	}
+	if rs.section < 0 || sectionOrder[rs.section] != name {
+		// The reader only shows records, so an empty section is simply
+		// skipped; the ones that appear must keep the canonical order.
+		next := rs.section + 1
+		for next < len(sectionOrder) && sectionOrder[next] != name {
+			next++
+		}
+		if next == len(sectionOrder) || (rs.section < 0 && name != "meta") {
+			return corrupt("unexpected section %q (sections are %v, in that order, meta first)", name, sectionOrder)
+		}
+		rs.endObjects()
+		rs.section, rs.records = next, 0
+	}
+	rs.records++
+	return nil
 }
 
 func (rs *restorer) meta(d *dec) error {
@@ -200,13 +219,13 @@ type usedBuf struct {
 
 const usedChunk = 4096
 
-func (rs *restorer) addBuf(b usedBuf) {
-	if n := len(rs.bufs); n == 0 || len(rs.bufs[n-1]) == usedChunk {
-		rs.bufs = append(rs.bufs, make([]usedBuf, 0, usedChunk))
+func (w *objWorker) addBuf(b usedBuf) {
+	if n := len(w.bufs); n == 0 || len(w.bufs[n-1]) == usedChunk {
+		w.bufs = append(w.bufs, make([]usedBuf, 0, usedChunk))
 	}
-	last := &rs.bufs[len(rs.bufs)-1]
+	last := &w.bufs[len(w.bufs)-1]
 	*last = append(*last, b)
-	rs.nbufs++
+	w.nbufs++
 }
 
 // keyCount is what a segment's key set will hold: keys, and their arena
@@ -261,82 +280,6 @@ func (rs *restorer) session(d *dec) error {
 	return nil
 }
 
-// object reads an object record of "objects" or, packed, of "objects.v2"
-// (encodePackedObject), whose canonical form it checks: the longest shared
-// prefix, and an id only for an owner without a session.
-func (rs *restorer) object(d *dec, packed bool) error {
-	var key string
-	if packed {
-		shared, rest := d.u64(), d.bytes()
-		if d.err() != nil {
-			return d.err()
-		}
-		prev := rs.lastKey
-		if shared > uint64(len(prev)) || shared < uint64(len(prev)) && len(rest) > 0 && prev[shared] == rest[0] {
-			return corrupt("object after %q shares %d bytes with it (not canonical)", prev, shared)
-		}
-		key = prev[:shared] + string(rest)
-	} else {
-		key = d.str()
-	}
-	// Decoded into scratch, then copied out once: laid out as PutEnd lays
-	// a single object out, or with its own replica list.
-	o := &rs.scratch.o
-	*o = object{}
-	o.size = d.u64()
-	if err := rs.objectOwner(d, o, packed); err != nil {
-		return err
-	}
-	o.putStartMs = d.i64()
-	o.leaseMs = d.i64()
-	o.softPin = d.bool()
-	o.softPinMs = d.i64()
-	o.keySeq = d.u64()
-	var err error
-	first := rs.nbufs
-	if o.replicas, err = rs.replicas(d, func() string { return "object " + strconv.Quote(key) }, o.size, &rs.scratch); err != nil {
-		return err
-	}
-	if err := validateKey(key); err != nil {
-		return err
-	}
-	if len(o.replicas) == 0 || len(o.replicas) > MaxReplicas {
-		return corrupt("object %q has %d replicas", key, len(o.replicas))
-	}
-	rs.lastKey = key
-	rs.countKey(key, rs.nbufs-first)
-	if o.single() {
-		o = o.laidOut(o.replicas[0].status)
-	} else {
-		c := *o
-		c.replicas = slices.Clone(o.replicas)
-		o = &c
-	}
-	// Stored as storeObject stores one, the tree built without a search
-	// per object, which takes objects in key order only; the segments'
-	// key sets are built in finish.
-	if rs.objects == nil {
-		rs.objects = btree.NewBuilder(btreeDegree, objLess)
-	}
-	o.gen = rs.f.gen
-	if !rs.objects.Add(objItem{key, o}) {
-		return corrupt("objects out of order at %q", key)
-	}
-	if o.processing() {
-		rs.f.processing.set(key, o)
-	}
-	return nil
-}
-
-// endObjects makes the objects read so far the state's tree: at the end
-// of the objects section, before a later section looks objects up.
-func (rs *restorer) endObjects() {
-	if rs.objects != nil {
-		rs.f.objects = rs.objects.Tree()
-		rs.objects = nil
-	}
-}
-
 // objectOwner reads the id of the client that put o. A live client's id is
 // its session's string, not a copy per object.
 func (rs *restorer) objectOwner(d *dec, o *object, packed bool) error {
@@ -364,22 +307,22 @@ func (rs *restorer) objectOwner(d *dec, o *object, packed bool) error {
 
 // replicas reads a replica list (encodeReplicas) whose buffers all lie in
 // their segments, each replica holding size bytes (0: any), and records
-// the buffers as used; what names the list in an error. With scratch, a
-// single replica (and its buffer, if it has one) is decoded into scratch's
-// arrays, which the caller copies out.
-func (rs *restorer) replicas(d *dec, what func() string, size uint64, scratch *singleObject) ([]replica, error) {
+// the buffers as used in w; what names the list in an error. With
+// scratch, a single replica (and its buffer, if it has one) is decoded
+// into w's scratch arrays, which the caller copies out.
+func (rs *restorer) replicas(d *dec, what func() string, size uint64, w *objWorker, scratch bool) ([]replica, error) {
 	n := d.count(2)
 	var reps []replica
-	if scratch != nil && n == 1 {
-		reps = scratch.r[:]
+	if scratch && n == 1 {
+		reps = w.scratch.r[:]
 	} else {
 		reps = make([]replica, n)
 	}
 	for i := range reps {
 		r := &reps[i]
 		r.status = ReplicaStatus(d.u64())
-		if nb := d.count(3); scratch != nil && n == 1 && nb == 1 {
-			r.buffers = scratch.b[:]
+		if nb := d.count(3); scratch && n == 1 && nb == 1 {
+			r.buffers = w.scratch.b[:]
 		} else {
 			r.buffers = make([]buffer, nb)
 		}
@@ -392,7 +335,7 @@ func (rs *restorer) replicas(d *dec, what func() string, size uint64, scratch *s
 			sum += b.length
 			if d.err() == nil {
 				b.seg = rs.segs[seg]
-				rs.addBuf(usedBuf{seg, freeRange{b.offset, b.length}})
+				w.addBuf(usedBuf{seg, freeRange{b.offset, b.length}})
 			}
 		}
 		if d.err() != nil {
@@ -410,18 +353,15 @@ func (rs *restorer) replicas(d *dec, what func() string, size uint64, scratch *s
 	return reps, d.err()
 }
 
-// countKey counts key in the key set of each segment that its object's
-// buffers, the last n read, lie in.
-func (rs *restorer) countKey(key string, n int) {
-	if rs.segKeys == nil {
-		rs.segKeys = make([]keyCount, len(rs.segs))
-	}
+// countKey counts key, of the record-th object record, in the key set of
+// each segment that its object's buffers, the last n read, lie in.
+func (w *objWorker) countKey(key string, n, record int) {
 	size := entryLen(len(key))
-	for i := len(rs.bufs) - 1; n > 0; i-- {
-		chunk := rs.bufs[i]
+	for i := len(w.bufs) - 1; n > 0; i-- {
+		chunk := w.bufs[i]
 		for j := len(chunk) - 1; j >= 0 && n > 0; j, n = j-1, n-1 {
-			if c := &rs.segKeys[chunk[j].seg]; c.last != rs.records {
-				c.keys, c.bytes, c.last = c.keys+1, c.bytes+size, rs.records
+			if c := &w.segKeys[chunk[j].seg]; c.last != record {
+				c.keys, c.bytes, c.last = c.keys+1, c.bytes+size, record
 			}
 		}
 	}
@@ -446,7 +386,7 @@ func (rs *restorer) replacedRec(d *dec) error {
 	if d.err() == nil && (!ok || !o.processing() || rs.f.replaced[key] != nil) {
 		return corrupt("replaced replicas of %q, which is not an upsert in progress", key)
 	}
-	old, err := rs.replicas(d, func() string { return "replaced replicas of " + strconv.Quote(key) }, 0, nil)
+	old, err := rs.replicas(d, func() string { return "replaced replicas of " + strconv.Quote(key) }, 0, rs.workers[0], false)
 	if err != nil {
 		return err
 	}
@@ -459,7 +399,7 @@ func (rs *restorer) replacedRec(d *dec) error {
 
 func (rs *restorer) discardRec(d *dec) error {
 	release := d.i64()
-	reps, err := rs.replicas(d, func() string { return "a discarded write" }, 0, nil)
+	reps, err := rs.replicas(d, func() string { return "a discarded write" }, 0, rs.workers[0], false)
 	if err != nil {
 		return err
 	}
@@ -553,25 +493,31 @@ func (rs *restorer) ringEntry(d *dec) error {
 	return nil
 }
 
-// usedBySegment sorts the buffers read by segment (not yet by offset):
-// one slice of them all, cut by segment, instead of a slice a segment
-// grown one append at a time.
+// usedBySegment sorts the buffers the workers read by segment (not yet by
+// offset): one slice of them all, cut by segment, instead of a slice a
+// segment grown one append at a time.
 func (rs *restorer) usedBySegment() [][]freeRange {
 	start := make([]int, len(rs.segs)+1)
-	for _, chunk := range rs.bufs {
-		for _, b := range chunk {
-			start[b.seg+1]++
+	n := 0
+	for _, w := range rs.workers {
+		for _, chunk := range w.bufs {
+			for _, b := range chunk {
+				start[b.seg+1]++
+			}
 		}
+		n += w.nbufs
 	}
 	for i := 1; i < len(start); i++ {
 		start[i] += start[i-1]
 	}
-	all := make([]freeRange, rs.nbufs)
+	all := make([]freeRange, n)
 	next := slices.Clone(start)
-	for _, chunk := range rs.bufs {
-		for _, b := range chunk {
-			all[next[b.seg]] = b.r
-			next[b.seg]++
+	for _, w := range rs.workers {
+		for _, chunk := range w.bufs {
+			for _, b := range chunk {
+				all[next[b.seg]] = b.r
+				next[b.seg]++
+			}
 		}
 	}
 	used := make([][]freeRange, len(rs.segs))
@@ -579,6 +525,18 @@ func (rs *restorer) usedBySegment() [][]freeRange {
 		used[i] = all[start[i]:start[i+1]:start[i+1]]
 	}
 	return used
+}
+
+// keysBySegment sums what the workers counted for each segment's key set.
+func (rs *restorer) keysBySegment() []keyCount {
+	keys := make([]keyCount, len(rs.segs))
+	for _, w := range rs.workers {
+		for i, c := range w.segKeys {
+			keys[i].keys += c.keys
+			keys[i].bytes += c.bytes
+		}
+	}
+	return keys
 }
 
 // finish wires segments to their sessions and allocators and checks what
@@ -589,31 +547,34 @@ func (rs *restorer) finish() error {
 	}
 	rs.endObjects()
 	f := rs.f
-	used := rs.usedBySegment()
+	parts := len(rs.workers)
 	for i, s := range rs.segs {
 		if rs.sessOf[s] == "" {
 			return corrupt("segment %q belongs to no session", s.id)
 		}
-		slices.SortFunc(used[i], func(a, b freeRange) int { return cmp.Compare(a.off, b.off) })
-		a, ok := rebuildAllocator(s.size, used[i])
-		if !ok {
-			return corrupt("buffers overlap in segment %q", s.id)
+		s.part = i % parts
+	}
+	used, keys := rs.usedBySegment(), rs.keysBySegment()
+	failed := make([]int, parts) // by part, the first segment that failed
+	tasks := make([]func(), parts)
+	for p := range tasks {
+		failed[p] = len(rs.segs)
+		tasks[p] = func() {
+			if i, ok := rs.buildSegments(p, parts, used, keys); !ok {
+				failed[p] = i
+			}
 		}
-		s.alloc = a
-		if rs.segKeys != nil && rs.segKeys[i].keys > 0 {
-			// Made at its final size: filled one insert at a time, the
-			// key sets spent more time growing than being filled.
-			s.objs = newKeySet(rs.segKeys[i].keys, rs.segKeys[i].bytes)
-		}
+	}
+	rs.par(tasks...)
+	if i := slices.Min(failed); i < len(rs.segs) {
+		return corrupt("buffers overlap in segment %q", rs.segs[i].id)
+	}
+	for _, s := range rs.segs {
 		f.segments[s.id] = s
 		f.capacity += s.size
-		f.used += s.size - a.free
+		f.used += s.size - s.alloc.free
 	}
 	f.segOrder = rs.segs
-	ascendAhead(f.objects, func(it objItem) bool {
-		indexSegments(it.key, it.obj)
-		return true
-	})
 	if last, ok := f.ring.back(); ok && last.seq != f.appliedSeq {
 		return corrupt("export ring ends at seq %d but applied seq is %d", last.seq, f.appliedSeq)
 	}
@@ -627,4 +588,35 @@ func (rs *restorer) finish() error {
 		f.tombQueue.push(t)
 	}
 	return nil
+}
+
+// buildSegments builds the allocators and the key sets of part p of the
+// segments (the i-th is in part i mod parts); it stops at the first
+// segment whose buffers overlap, which it returns.
+func (rs *restorer) buildSegments(p, parts int, used [][]freeRange, keys []keyCount) (int, bool) {
+	for i := p; i < len(rs.segs); i += parts {
+		s := rs.segs[i]
+		slices.SortFunc(used[i], func(a, b freeRange) int { return cmp.Compare(a.off, b.off) })
+		a, ok := rebuildAllocator(s.size, used[i])
+		if !ok {
+			return i, false
+		}
+		s.alloc = a
+		if keys[i].keys > 0 {
+			// Made at its final size: filled one insert at a time, the
+			// key sets spent more time growing than being filled.
+			s.objs = newKeySet(keys[i].keys, keys[i].bytes)
+		}
+	}
+	ascendAhead(rs.f.objects, func(it objItem) bool {
+		for _, r := range it.obj.replicas {
+			for _, b := range r.buffers {
+				if b.seg.part == p {
+					b.seg.objs.add(it.key)
+				}
+			}
+		}
+		return true
+	})
+	return 0, true
 }

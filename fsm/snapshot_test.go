@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/moonraft/moonraft/errcode"
@@ -88,6 +89,45 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		require.Equal(t, f.Apply(e), g.Apply(e))
 	}
 	assert.Equal(t, f.Digest(), g.Digest())
+}
+
+// TestRestoreInParallel: a restore whose objects are decoded in several
+// tasks at once, in batches down to one record, and whose segments are
+// built in parts, builds the state a restore in turn builds (under -race:
+// the tasks touch disjoint data).
+func TestRestoreInParallel(t *testing.T) {
+	f := busyState(t)
+	var buf bytes.Buffer
+	require.NoError(t, f.Snapshot().Write(&buf, snapshots.Header{}))
+	file := buf.Bytes()
+	for _, tt := range []struct{ width, batch int }{{1, objectBatch}, {2, 1}, {3, 7}, {2, 64}, {4, objectBatch}} {
+		t.Run(fmt.Sprintf("%d tasks of %d records", tt.width, tt.batch), func(t *testing.T) {
+			g := New()
+			_, err := g.restore(bytes.NewReader(file), tt.width, inGoroutines, tt.batch)
+			require.NoError(t, err)
+			assert.Equal(t, f.Digest(), g.Digest())
+			assert.Equal(t, f.Stats(), g.Stats())
+			require.NoError(t, g.CheckInvariants())
+			for _, s := range g.segments {
+				if s.objs != nil {
+					assert.Equal(t, len(s.objs.arena), cap(s.objs.arena), "segment %s's key arena", s.id)
+					assert.Equal(t, tableSize(s.objs.n), len(s.objs.slots), "segment %s's key table", s.id)
+				}
+			}
+			var again bytes.Buffer
+			require.NoError(t, g.Snapshot().Write(&again, snapshots.Header{}))
+			assert.Equal(t, file, again.Bytes(), "the restored state writes the same file back")
+		})
+	}
+}
+
+// inGoroutines runs each task in a goroutine of its own, as the node does.
+func inGoroutines(tasks ...func()) {
+	var wg sync.WaitGroup
+	for _, t := range tasks {
+		wg.Go(t)
+	}
+	wg.Wait()
 }
 
 // A file packs its objects: a Mooncake client's UUID once, in its session,
@@ -203,7 +243,8 @@ func TestDigestDistinguishesStates(t *testing.T) {
 }
 
 // TestRestoreRejectsBadSnapshots: each bad file is refused with a clear
-// error and the state that was there stays untouched.
+// error and the state that was there stays untouched; a restore in
+// parallel refuses it with the same error, the first in the file.
 func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	good := func() *FSM { return busyState(t) }
 	write := func(f *FSM) []byte {
@@ -384,11 +425,15 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 			x.mount("c1", "s1", 0, 1000)
 			x.put("mine", "c1", 10)
 			before := x.f.Digest()
-			_, err := x.f.Restore(bytes.NewReader(tt.file()))
+			file := tt.file()
+			_, err := x.f.Restore(bytes.NewReader(file))
 			require.Error(t, err)
 			assert.Equal(t, tt.want, errcode.Of(err), "%v", err)
 			assert.Equal(t, before, x.f.Digest(), "state untouched")
 			assert.True(t, x.exists("mine"))
+			_, perr := x.f.restore(bytes.NewReader(file), 3, inGoroutines, 2)
+			assert.Equal(t, err, perr, "in parallel")
+			assert.Equal(t, before, x.f.Digest(), "state untouched")
 		})
 	}
 }
