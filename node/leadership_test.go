@@ -120,6 +120,21 @@ func TestLeaseBoundedByHeartbeatTimeout(t *testing.T) {
 	assert.Equal(t, 450*time.Millisecond, maxReadLease(500*time.Millisecond), "10% of the heartbeat timeout is kept for clock drift")
 }
 
+// TestRestartWaitsOutAReadLease: a restarted node starts Raft, and so can
+// vote, no sooner than a read lease after its start began, however long
+// its stores took to open: until then a leader may serve reads under a
+// lease it helped confirm before it stopped.
+func TestRestartWaitsOutAReadLease(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	f := (l + 1) % 3
+	c.stop(f)
+	start := time.Now()
+	c.start(f)
+	assert.GreaterOrEqual(t, time.Since(start), c.cfgs[f].readLease())
+	assert.True(t, c.nodes[f].HadState())
+}
+
 func TestLeaseEndsWithItsTerm(t *testing.T) {
 	l, q := newTestLeadership(time.Second)
 	require.NoError(t, l.confirm(context.Background()))

@@ -228,7 +228,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	} else {
 		n.cfg.Params.ExportRingCap = 0 // nothing to export to
 	}
-	if err := n.startRaft(ctx); err != nil {
+	if err := n.startRaft(ctx, started); err != nil {
 		n.closeStores()
 		return nil, err
 	}
@@ -284,14 +284,20 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-func (n *Node) startRaft(ctx context.Context) error {
+// startRaft opens the node's Raft stores and starts Raft, no sooner than
+// a read lease after started.
+func (n *Node) startRaft(ctx context.Context, started time.Time) error {
 	cfg := n.cfg
+	opening := time.Now()
 	store, ls, err := raftstore.Open(cfg.DataDir, cfg.RaftLogStore, n.log.Named("wal"), cfg.WALSegmentBytes)
 	if err != nil {
 		return err
 	}
 	n.store = store
-	n.log.Info("raft log store", "store", ls)
+	first, _ := store.FirstIndex()
+	last, _ := store.LastIndex()
+	n.log.Info("raft log store opened, every entry checked", "store", ls, "first", first, "last", last,
+		"took", time.Since(opening).Round(time.Millisecond))
 	// The failpoints stand for the disk, so they sit inside what the
 	// disk watchdog watches.
 	n.logWrites = &watchedLog{LogStore: withFailpoints(store, cfg.DataDir), h: n.disk}
@@ -370,9 +376,11 @@ func (n *Node) startRaft(ctx context.Context) error {
 	// A node that acknowledged a leader's heartbeat before it stopped may
 	// have helped confirm a read lease that still holds; restarted, it has
 	// forgotten that leader and would vote for anyone at once. So it starts
-	// voting only once any such lease has run out.
-	wait := cfg.readLease()
-	n.log.Info("waiting out read leases before starting Raft", "wait", wait)
+	// voting only once any such lease has run out: a lease after this start
+	// began, since it acknowledged nothing after its process stopped; the
+	// stores' opening counts towards it.
+	wait := max(time.Until(started.Add(cfg.readLease())), 0)
+	n.log.Info("waiting out read leases before starting Raft", "wait", wait.Round(time.Millisecond), "lease", cfg.readLease())
 	select {
 	case <-time.After(wait):
 	case <-ctx.Done():
