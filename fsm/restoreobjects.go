@@ -3,6 +3,7 @@ package fsm
 import (
 	"slices"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/moonraft/moonraft/internal/btree"
 	"github.com/moonraft/moonraft/snapshots"
@@ -20,9 +21,14 @@ func inTurn(tasks ...func()) {
 	}
 }
 
-// objectBatch is how many object records a decoding task takes at once:
-// enough that a step's start and end cost nothing beside it.
-const objectBatch = 2048
+// The objects go through in steps of groupBatches batches of objectBatch
+// records: a batch is small enough that a task waiting for a CPU holds
+// up little of a step, a step long enough that its start and end cost
+// nothing beside it.
+const (
+	objectBatch  = 512
+	groupBatches = 32
+)
 
 // objWorker is what one decoding task owns while it runs: the buffers it
 // read and, by segment, the keys it counted (both merged in finish).
@@ -116,8 +122,8 @@ func (r *objReader) key(d *dec) (string, error) {
 
 // objectSection reads the object section whose first record is name, data. Its
 // work goes in steps, each running at once the reading of a group of
-// batches, the decoding of the group read the step before (a batch a
-// task), and the adding of the group decoded the step before that. It
+// batches, the decoding of the group read the step before, and the
+// adding of the group decoded the step before that (runUnits). It
 // returns the first record of the next section, or the reader's io.EOF
 // or error; a failure is the first in the file's order.
 func (rs *restorer) objectSection(sr *snapshots.Reader, name string, data []byte) (string, []byte, error) {
@@ -132,32 +138,25 @@ func (rs *restorer) objectSection(sr *snapshots.Reader, name string, data []byte
 	for _, w := range rs.workers {
 		w.segKeys = make([]keyCount, len(rs.segs))
 	}
-	width := len(rs.workers)
 	var groups [3][]*objBatch // reading, decoding, adding
 	for g := range groups {
-		for range width {
+		for range groupBatches {
 			groups[g] = append(groups[g], &objBatch{})
 		}
 	}
-	full := func(g []*objBatch) bool { return len(g[0].keys) > 0 }
 	var addErr error
 	for {
 		reading, decoding, adding := groups[0], groups[1], groups[2]
-		var tasks []func()
+		var units []func(*objWorker)
 		if !r.ended() {
-			tasks = append(tasks, func() {
+			units = append(units, func(*objWorker) {
 				for _, b := range reading {
 					r.fill(b, rs.batch)
 				}
 			})
 		}
-		for i, b := range decoding {
-			if len(b.keys) > 0 {
-				tasks = append(tasks, func() { rs.decodeBatch(b, rs.workers[i], r.section) })
-			}
-		}
-		if full(adding) {
-			tasks = append(tasks, func() {
+		if len(adding[0].keys) > 0 {
+			units = append(units, func(*objWorker) {
 				for _, b := range adding {
 					if addErr = rs.addBatch(b); addErr != nil {
 						return
@@ -165,10 +164,15 @@ func (rs *restorer) objectSection(sr *snapshots.Reader, name string, data []byte
 				}
 			})
 		}
-		if len(tasks) == 0 || addErr != nil {
+		for _, b := range decoding {
+			if len(b.keys) > 0 {
+				units = append(units, func(w *objWorker) { rs.decodeBatch(b, w, r.section) })
+			}
+		}
+		if len(units) == 0 || addErr != nil {
 			break
 		}
-		rs.par(tasks...)
+		rs.runUnits(units)
 		for _, b := range adding {
 			b.reset(0)
 		}
@@ -182,6 +186,23 @@ func (rs *restorer) objectSection(sr *snapshots.Reader, name string, data []byte
 		return "", nil, r.err
 	}
 	return r.name, r.data, nil
+}
+
+// runUnits runs units in one task a worker, each task taking the next
+// unit until none is left: a task that waits for a CPU holds up the unit
+// it has, not a share of the step. The reading and the adding come
+// first, being one unit each.
+func (rs *restorer) runUnits(units []func(*objWorker)) {
+	var next atomic.Int64
+	tasks := make([]func(), len(rs.workers))
+	for i, w := range rs.workers {
+		tasks[i] = func() {
+			for u := next.Add(1) - 1; u < int64(len(units)); u = next.Add(1) - 1 {
+				units[u](w)
+			}
+		}
+	}
+	rs.par(tasks...)
 }
 
 // decodeBatch decodes b's records of section with w; only w and b change.

@@ -97,10 +97,30 @@ func TestSnapshotRoundTrip(t *testing.T) {
 // the tasks touch disjoint data).
 func TestRestoreInParallel(t *testing.T) {
 	f := busyState(t)
+	// Enough objects for many steps: on eight segments of four clients,
+	// of one to three replicas of one to three buffers, some in progress.
+	x := &h{t: t, f: f, now: f.nowMs}
+	for c := range 4 {
+		for s := range 2 {
+			x.mount(fmt.Sprintf("w%d", c), fmt.Sprintf("w%d-%d", c, s), uint64(c*2+s)<<32, 1<<30)
+		}
+	}
+	for i := range 5000 {
+		key, client := fmt.Sprintf("obj/%08x", uint32(i)*2654435761), fmt.Sprintf("w%d", i%4)
+		sizes := []uint64{64, 32, 16}[:1+i%3]
+		cmds := []Command{&PutStart{NowMs: x.now, Key: key, SliceLengths: sizes, ReplicaNum: uint32(1 + i%3/2 + i%5/4), ClientID: client}}
+		if i%10 != 0 {
+			cmds = append(cmds, &PutEnd{NowMs: x.now, Key: key, ClientID: client})
+		}
+		for _, c := range cmds { // without x.ok's check of every invariant after each
+			require.NoError(t, f.Apply(Encode(c)).Err)
+		}
+	}
+	require.NoError(t, f.CheckInvariants())
 	var buf bytes.Buffer
 	require.NoError(t, f.Snapshot().Write(&buf, snapshots.Header{}))
 	file := buf.Bytes()
-	for _, tt := range []struct{ width, batch int }{{1, objectBatch}, {2, 1}, {3, 7}, {2, 64}, {4, objectBatch}} {
+	for _, tt := range []struct{ width, batch int }{{1, objectBatch}, {2, 1}, {3, 7}, {2, 64}, {4, 3}} {
 		t.Run(fmt.Sprintf("%d tasks of %d records", tt.width, tt.batch), func(t *testing.T) {
 			g := New()
 			_, err := g.restore(bytes.NewReader(file), tt.width, inGoroutines, tt.batch)
