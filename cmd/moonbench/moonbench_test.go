@@ -361,8 +361,8 @@ func TestScaleReport(t *testing.T) {
 	r.print(&out)
 	assert.Contains(t, out.String(), "failover 500 ms to the next answered write (0 ms to a promoted leader), the median of 2 kills, the slowest 1070 ms")
 	assert.Regexp(t, `kill 1: the next write answered at 1070 ms.*\n    n0 last heard from the leader at 480 ms; .* 12 log writes, the slowest within 512 ms`, out.String())
-	assert.Contains(t, out.String(), "the old leader caught up 9.7 s after its restart (its snapshot restored in 5.8 s, 0.80 s of it its CPU)")
-	assert.Contains(t, out.String(), "the joining node: its snapshot restored in 4.0 s, 0.83 s of it its CPU")
+	assert.Contains(t, out.String(), "the old leader caught up 9.7 s after its restart (its snapshot restored in 5.8 s, using 0.80 s of CPU)")
+	assert.Contains(t, out.String(), "the joining node: its snapshot restored in 4.0 s, using 0.83 s of CPU")
 	assert.Contains(t, out.String(), "kill 2: the next write answered at 500 ms, a promoted leader seen at 0 ms; the old leader caught up 0.0 s after its restart (no snapshot restored)")
 	assert.Contains(t, out.String(), "host from the kill to the promotion (600 ms): the kernel took 700 ms of CPU, softirqs 90 ms, the hypervisor 3 ms; ksoftirqd waited 410 ms for a CPU; 7 softirqs out of budget")
 }

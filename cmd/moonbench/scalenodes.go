@@ -466,5 +466,5 @@ func (r restoreTime) String() string {
 	if r.Secs == 0 {
 		return "no snapshot restored"
 	}
-	return fmt.Sprintf("its snapshot restored in %.1f s, %.2f s of it its CPU", r.Secs, r.CPUSecs)
+	return fmt.Sprintf("its snapshot restored in %.1f s, using %.2f s of CPU", r.Secs, r.CPUSecs)
 }
