@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/moonraft/moonraft/internal/child"
@@ -86,9 +87,14 @@ func (s *scaleRun) kill(ctx context.Context, profilePrefix string) (*killResult,
 	// 0.4–0.7 s later at 6M, when the election is over.
 	profiled := s.profileSurvivors(ctx, l, profilePrefix)
 	defer profiled()
-	progressf("failover: killing the leader %s", l.ID)
 	kill := time.Now()
-	l.Kill()
+	l.Signal(syscall.SIGKILL)
+	sent := time.Now()
+	l.Wait(10 * time.Second)
+	// The times, to set beside the nodes' logs: a harness short of CPU
+	// may send the signal late, or see the promotion late.
+	progressf("failover: killed the leader %s: the kill at %s, its signal sent at %s, the process reaped at %s",
+		l.ID, kill.Format(clockMs), sent.Format(clockMs), time.Now().Format(clockMs))
 	nl, err := s.lc.leader(ctx)
 	polled := time.Now()
 	host, samples := hostTraced(), traced()
@@ -448,11 +454,15 @@ func (s *scaleRun) join(ctx context.Context, r *scaleResult) error {
 }
 
 // clockFormat is how the snapshots' progress lines give the time of day,
-// to match with profileWindows' file names.
-const clockFormat = "15:04:05.0"
+// to match with profileWindows' file names; clockMs how a kill's does, to
+// match with the nodes' logs.
+const (
+	clockFormat = "15:04:05.0"
+	clockMs     = "15:04:05.000"
+)
 
 // restoreTime is a node's last restore of a snapshot: its time and the CPU
-// it used (the rest it waited for a CPU), from the node's metrics.
+// it used, from the node's metrics.
 type restoreTime struct {
 	Secs    float64 `json:"secs"`
 	CPUSecs float64 `json:"cpu_secs"`
