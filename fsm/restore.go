@@ -50,14 +50,14 @@ func (f *FSM) restore(r io.Reader, width int, par Parallel, batch int) (snapshot
 type restorer struct {
 	f        *FSM
 	par      Parallel
-	batch    int                     // object records a decoding task takes at once
+	batch    int                     // object records decoded at once, a unit of a step
 	section  int                     // index in sectionOrder of the current section
 	records  int                     // records seen in the current section
 	objects  *btree.Builder[objItem] // while the objects section is read; then f.objects
 	sessions []*session              // in the order of the sessions section
 	segs     []*segment
-	// workers are the objects' decoding tasks' own; the first also
-	// serves the other sections' buffers.
+	// workers are the restore's tasks' own, one each (runUnits); the
+	// first also serves the buffers of the sections after the objects.
 	workers  []*objWorker
 	sessOf   map[*segment]string
 	lastTomb string

@@ -30,8 +30,9 @@ const (
 	groupBatches = 32
 )
 
-// objWorker is what one decoding task owns while it runs: the buffers it
-// read and, by segment, the keys it counted (both merged in finish).
+// objWorker is what one of a restore's tasks owns: the buffers of the
+// objects it decoded and, by segment, the keys it counted (both merged in
+// finish).
 type objWorker struct {
 	scratch singleObject // the object being decoded
 	// bufs is every buffer read, what the allocators are rebuilt from, in
