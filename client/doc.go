@@ -38,8 +38,9 @@
 // A call that has waited Config.LeaderCheckAfter (400 ms) at one endpoint
 // has the client ask every endpoint for its status, and again every
 // quarter of that while it waits; one round of asking serves every call
-// that waits meanwhile or within a quarter of that after it. Once the endpoint
-// does not answer and another serves as the leader, the client follows
+// that waits meanwhile or within a quarter of that after it (a round that
+// finds no leader, during an election, ends once the others have answered).
+// Once the endpoint does not answer and another serves as the leader, the client follows
 // that one and the call is ended as if its connection had failed after it
 // was sent (below): a leader that died answers nothing, and its connection
 // fails only once its kernel has freed its memory (a second or more for a

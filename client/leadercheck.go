@@ -108,10 +108,12 @@ func (c *Client) leaderElsewhere(ctx context.Context, ep string) string {
 }
 
 // askLeader asks each endpoint, at once and for at most checkAfter, for its
-// status (see leaderElsewhere). It does not wait out ep's: once another
-// endpoint serves as the leader, ep has a quarter of checkAfter from the
-// start of the round to answer (a live node answers its status in
-// milliseconds; a dead one's would only time out).
+// status (see leaderElsewhere). It does not wait out ep's: ep has a
+// quarter of checkAfter from the start of the round to answer (a live node
+// answers its status in milliseconds; a dead one's would only time out).
+// After that, the round ends once another endpoint serves as the leader,
+// or once all the others have answered and none does: during an election
+// the next round, a quarter later, may find the winner.
 func (c *Client) askLeader(ep string, endpoints []string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), c.checkAfter)
 	defer cancel()
@@ -128,12 +130,20 @@ func (c *Client) askLeader(ep string, endpoints []string) string {
 	}
 	grace := time.NewTimer(c.checkAfter / 4)
 	defer grace.Stop()
-	// epSilent: ep failed to answer, or its grace is over.
+	// epSilent: ep failed to answer, or its grace is over; others: the
+	// other endpoints that have not answered.
 	leader, epSilent := "", false
+	others := len(endpoints)
+	if slices.Contains(endpoints, ep) {
+		others--
+	}
 	for pending := len(endpoints); pending > 0; {
 		select {
 		case a := <-answers:
 			pending--
+			if a.endpoint != ep {
+				others--
+			}
 			switch st := a.st; {
 			case a.endpoint == ep && st != nil:
 				return ""
@@ -145,7 +155,7 @@ func (c *Client) askLeader(ep string, endpoints []string) string {
 		case <-grace.C:
 			epSilent = true
 		}
-		if leader != "" && epSilent {
+		if epSilent && (leader != "" || others == 0) {
 			return leader
 		}
 	}

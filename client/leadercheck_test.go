@@ -25,6 +25,7 @@ type leaderMaster struct {
 	answersStatus bool
 	answersCalls  bool
 	promoted      bool
+	promotedAt    time.Time    // when it wins an election, if not promoted
 	statuses      atomic.Int32 // Status calls taken
 	calls         atomic.Int32 // other calls taken
 }
@@ -58,7 +59,8 @@ func (m *leaderMaster) Status(ctx context.Context, _ *moonraftpb.StatusRequest) 
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	return &moonraftpb.StatusResponse{Status: &moonraftpb.Status{}, Node: &moonraftpb.NodeStatus{Promoted: m.promoted, GrpcAddr: m.addr}}, nil
+	promoted := m.promoted || !m.promotedAt.IsZero() && time.Now().After(m.promotedAt)
+	return &moonraftpb.StatusResponse{Status: &moonraftpb.Status{}, Node: &moonraftpb.NodeStatus{Promoted: promoted, GrpcAddr: m.addr}}, nil
 }
 
 // serveMaster runs m on a loopback port and sets its address.
@@ -136,6 +138,35 @@ func TestLeaderCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLeaderCheckDuringElection: a call waits at a dead leader while the
+// election of its successor is still on when the first check asks. That
+// check ends once the others have answered and the dead one's grace is
+// over, so the next, a quarter later, finds the new leader: the call is
+// ended within half a checkAfter of its election, not after the first
+// check has waited out the dead one's status too.
+func TestLeaderCheckDuringElection(t *testing.T) {
+	const checkAfter = time.Second
+	dead := serveMaster(t, &leaderMaster{})
+	start := time.Now()
+	// Elected a tenth of checkAfter after the first check began.
+	elected := start.Add(checkAfter + checkAfter/10)
+	next := &leaderMaster{answersStatus: true, answersCalls: true, promotedAt: elected}
+	nextAddr := serveMaster(t, next)
+	c, err := Dial(Config{Endpoints: []string{dead, nextAddr}, LeaderCheckAfter: checkAfter})
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*checkAfter)
+	defer cancel()
+	_, err = c.PutStart(ctx, "k", []uint64{1}, ReplicateConfig{ReplicaNum: 1}, "c1")
+	assert.Equal(t, errcode.OutcomeUnknown, errcode.Of(err), "%v", err)
+	assert.Contains(t, err.Error(), "serves as the leader")
+	// The second check begins a quarter after the first ended, at 1.5
+	// checkAfter, and gives the dead one a quarter: 1.75 in all. Waiting
+	// out the dead one's status, the first would have ended at 2, the
+	// second at 2.5.
+	assert.Less(t, time.Since(start), 2*checkAfter, "the call was ended %v after the leader's election", time.Since(elected))
 }
 
 // TestLeaderCheckShared: the calls that wait on one endpoint, though they
