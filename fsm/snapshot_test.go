@@ -64,17 +64,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(42), h.RaftIndex)
 	assert.Equal(t, "cl", h.ClusterID)
-	assert.Equal(t, f.Digest(), g.Digest())
-	assert.Equal(t, f.Stats(), g.Stats())
-	require.NoError(t, g.CheckInvariants())
-	for _, s := range g.segments {
-		// Made at its final size: an object with two buffers in a
-		// segment (z/complete) counted once, nothing grown.
-		if s.objs != nil {
-			assert.Equal(t, len(s.objs.arena), cap(s.objs.arena), "segment %s's key arena", s.id)
-			assert.Equal(t, tableSize(s.objs.n), len(s.objs.slots), "segment %s's key table", s.id)
-		}
-	}
+	assertRestored(t, f, g)
 	var again bytes.Buffer
 	require.NoError(t, g.Snapshot().Write(&again, hdr))
 	sum2, err := snapshots.Inspect(&again)
@@ -125,19 +115,27 @@ func TestRestoreInParallel(t *testing.T) {
 			g := New()
 			_, err := g.restore(bytes.NewReader(file), tt.width, inGoroutines, tt.batch)
 			require.NoError(t, err)
-			assert.Equal(t, f.Digest(), g.Digest())
-			assert.Equal(t, f.Stats(), g.Stats())
-			require.NoError(t, g.CheckInvariants())
-			for _, s := range g.segments {
-				if s.objs != nil {
-					assert.Equal(t, len(s.objs.arena), cap(s.objs.arena), "segment %s's key arena", s.id)
-					assert.Equal(t, tableSize(s.objs.n), len(s.objs.slots), "segment %s's key table", s.id)
-				}
-			}
+			assertRestored(t, f, g)
 			var again bytes.Buffer
 			require.NoError(t, g.Snapshot().Write(&again, snapshots.Header{}))
 			assert.Equal(t, file, again.Bytes(), "the restored state writes the same file back")
 		})
+	}
+}
+
+// assertRestored checks that g, restored from a snapshot of f, is f's
+// state, its key sets made at their final size: an object with two
+// buffers in a segment (busyState's z/complete) counted once, nothing grown.
+func assertRestored(t *testing.T, f, g *FSM) {
+	t.Helper()
+	assert.Equal(t, f.Digest(), g.Digest())
+	assert.Equal(t, f.Stats(), g.Stats())
+	require.NoError(t, g.CheckInvariants())
+	for _, s := range g.segments {
+		if s.objs != nil {
+			assert.Equal(t, len(s.objs.arena), cap(s.objs.arena), "segment %s's key arena", s.id)
+			assert.Equal(t, tableSize(s.objs.n), len(s.objs.slots), "segment %s's key table", s.id)
+		}
 	}
 }
 
