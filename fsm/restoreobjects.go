@@ -121,10 +121,10 @@ func (r *objReader) key(d *dec) (string, error) {
 	return r.lastKey, nil
 }
 
-// objectSection reads the object section whose first record is name, data. Its
-// work goes in steps, each running at once the reading of a group of
-// batches, the decoding of the group read the step before, and the
-// adding of the group decoded the step before that (runUnits). It
+// objectSection reads the object section whose first record is name,
+// data. Its work goes in steps, each running at once the reading of a
+// group of batches, the decoding of the group read the step before, and
+// the adding of the group decoded the step before that (runUnits). It
 // returns the first record of the next section, or the reader's io.EOF
 // or error; a failure is the first in the file's order.
 func (rs *restorer) objectSection(sr *snapshots.Reader, name string, data []byte) (string, []byte, error) {
