@@ -28,7 +28,7 @@ func (f *FSM) RestoreParallel(r io.Reader, width int, par Parallel) (snapshots.H
 	return f.restore(r, width, par, objectBatch)
 }
 
-// restore is RestoreParallel with batch object records a decoding task.
+// restore is RestoreParallel with batch object records a decoding unit.
 func (f *FSM) restore(r io.Reader, width int, par Parallel, batch int) (snapshots.Header, error) {
 	sr, err := snapshots.NewReader(r)
 	if err != nil {
