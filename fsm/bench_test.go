@@ -243,7 +243,7 @@ func benchRestore(b *testing.B, file []byte, width int) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		g := New()
-		if _, err := g.RestoreParallel(bytes.NewReader(file), width, inGoroutines); err != nil {
+		if _, err := g.restore(bytes.NewReader(file), width, inGoroutines, objectBatch); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -17,33 +17,42 @@ import (
 // built aside and validated — checksum, canonical order, every invariant —
 // and swapped in only if all of it holds; on error f is unchanged.
 func (f *FSM) Restore(r io.Reader) (snapshots.Header, error) {
-	return f.RestoreParallel(r, 1, nil)
+	return f.restore(r, 1, nil, objectBatch)
 }
 
-// RestoreParallel is Restore with its work split into tasks that par
-// runs: the objects' decoding in width tasks at once, and the segments'
-// allocators and key sets in width parts. The state is the same as
-// Restore's; par nil runs the tasks in turn.
-func (f *FSM) RestoreParallel(r io.Reader, width int, par Parallel) (snapshots.Header, error) {
-	return f.restore(r, width, par, objectBatch)
+// RestoreParallel is Restore from a snapshot whose header sr has read (its
+// counts size what the caller prepares), with the work split into tasks
+// that par runs: the objects' decoding in width tasks at once, and the
+// segments' allocators and key sets in width parts. The state is the same
+// as Restore's; par nil runs the tasks in turn.
+func (f *FSM) RestoreParallel(sr *snapshots.Reader, width int, par Parallel) error {
+	return f.restoreFrom(sr, width, par, objectBatch)
 }
 
-// restore is RestoreParallel with batch object records a decoding unit.
+// restore is Restore with batch object records a decoding unit.
 func (f *FSM) restore(r io.Reader, width int, par Parallel, batch int) (snapshots.Header, error) {
 	sr, err := snapshots.NewReader(r)
 	if err != nil {
 		return snapshots.Header{}, err
 	}
+	if err := f.restoreFrom(sr, width, par, batch); err != nil {
+		return snapshots.Header{}, err
+	}
+	return sr.Header(), nil
+}
+
+// restoreFrom is RestoreParallel with batch object records a decoding unit.
+func (f *FSM) restoreFrom(sr *snapshots.Reader, width int, par Parallel, batch int) error {
 	sr.SkipDigest()
 	if par == nil {
 		par = inTurn
 	}
 	nf, err := readState(sr, max(width, 1), par, batch)
 	if err != nil {
-		return snapshots.Header{}, err
+		return err
 	}
 	*f = *nf
-	return sr.Header(), nil
+	return nil
 }
 
 // restorer builds a state from snapshot records, section by section.

@@ -175,6 +175,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		if r.cpu > 0 {
 			args = append(args, "cpu", r.cpu.Round(time.Millisecond))
 		}
+		if r.readied > 0 || r.huge > 0 {
+			args = append(args, "readied_for_huge_pages", r.readied, "in_huge_pages", r.huge)
+		}
 		n.log.Info("restored the state from a snapshot", args...)
 	}
 	n.sm.onHalt = func(err error) {
