@@ -178,6 +178,12 @@ func (s *stateMachine) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
+	// One collection, with nothing else to run, before the collector is
+	// back on: its last count of the live heap is of the state before, so it
+	// would start at once anyway, its assists slowing the log's replay, and
+	// the heap limit set from that count would have it collect back to back
+	// until a collection ends.
+	defer runtime.GC()
 	s.lastRestore.Store(done)
 	if s.onRestored != nil {
 		s.onRestored(*done)
