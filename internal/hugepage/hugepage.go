@@ -21,7 +21,7 @@ import (
 const modeFile = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 // ForNext readies n bytes of fresh heap for huge pages, for the
-// allocations that follow, and returns what it readied and end, which
+// allocations that follow, and returns the bytes it advised and end, which
 // withdraws the advice: afterwards the heap is as Go keeps it (khugepaged
 // leaves it alone, and what the runtime returns to the kernel is split off
 // its huge page). It readies nothing unless the kernel's mode is madvise,
@@ -39,11 +39,11 @@ func ForNext(n int) (readied int, end func()) {
 	if !wanted(string(mode), os.Getenv("GODEBUG"), liveHeap(), n) {
 		return 0, func() {}
 	}
-	r, err := advise(n)
+	rs, err := advise(n)
 	if err != nil {
 		return 0, func() {}
 	}
-	return n, r.withdraw
+	return rs.size(), rs.withdraw
 }
 
 // capped returns n, at most a quarter of a machine of total bytes.

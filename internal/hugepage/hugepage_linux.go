@@ -1,8 +1,10 @@
 package hugepage
 
 import (
+	"cmp"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -12,29 +14,81 @@ import (
 
 const hugePage = 2 << 20
 
+// chunk is the size of the blocks advise takes the memory in.
+const chunk = 4 << 20
+
 // region is a range of the heap advised for huge pages.
 type region struct{ beg, end uintptr }
 
-// advise grows the heap by a block of n bytes, advises the huge pages it
-// spans (MADV_HUGEPAGE) and frees it with a collection. The block is never
-// touched, so none of it is resident yet, and Go's page allocator, lowest
-// address first, hands its pages to the next allocations; each of their
-// first touches then faults in a 2 MiB page.
-func advise(n int) (region, error) {
-	block := make([]byte, n)
-	start := uintptr(unsafe.Pointer(unsafe.SliceData(block)))
-	r := region{(start + hugePage - 1) &^ (hugePage - 1), (start + uintptr(n)) &^ (hugePage - 1)}
-	err := r.madvise(unix.MADV_HUGEPAGE)
-	runtime.KeepAlive(block)
+// regions are the ranges one advise advised.
+type regions []region
+
+// advise grows the heap by n bytes in blocks of a chunk, advises the huge
+// pages that runs of adjacent blocks span (MADV_HUGEPAGE) and frees the
+// blocks with a collection. A fresh block is never touched, so none of it
+// is resident yet, and Go's page allocator, lowest address first, hands
+// its pages to the next allocations; each of their first touches then
+// faults in a 2 MiB page. Go zeroes a block that overlaps memory the heap
+// used before, touching it in 4 KiB pages that then stay so: in blocks of
+// a chunk, only those that overlap are lost, not all of n.
+func advise(n int) (regions, error) {
+	blocks := make([][]byte, 0, n/chunk+1)
+	for left := n; left > 0; left -= chunk {
+		blocks = append(blocks, make([]byte, min(left, chunk)))
+	}
+	spans := make([]region, len(blocks))
+	for i, b := range blocks {
+		p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+		spans[i] = region{p, p + uintptr(len(b))}
+	}
+	runtime.KeepAlive(blocks)
+	slices.SortFunc(spans, func(a, b region) int { return cmp.Compare(a.beg, b.beg) })
+	var runs regions
+	for _, s := range spans {
+		if last := len(runs) - 1; last >= 0 && runs[last].end == s.beg {
+			runs[last].end = s.end
+			continue
+		}
+		runs = append(runs, s)
+	}
+	var rs regions
+	var err error
+	for _, r := range runs {
+		r = region{(r.beg + hugePage - 1) &^ (hugePage - 1), r.end &^ (hugePage - 1)}
+		if r.beg >= r.end {
+			continue
+		}
+		if err = r.madvise(unix.MADV_HUGEPAGE); err != nil {
+			break
+		}
+		rs = append(rs, r)
+	}
 	runtime.GC()
-	return r, err
+	if err != nil {
+		rs.withdraw()
+		return nil, err
+	}
+	return rs, nil
+}
+
+// size returns the bytes advised.
+func (rs regions) size() int {
+	n := 0
+	for _, r := range rs {
+		n += int(r.end - r.beg)
+	}
+	return n
 }
 
 // withdraw ends the advice (MADV_NOHUGEPAGE).
-func (r region) withdraw() { _ = r.madvise(unix.MADV_NOHUGEPAGE) }
+func (rs regions) withdraw() {
+	for _, r := range rs {
+		_ = r.madvise(unix.MADV_NOHUGEPAGE)
+	}
+}
 
-// madvise takes addresses, not a slice: a slice into the freed block
-// would keep it alive.
+// madvise takes addresses, not a slice: a slice into a freed block would
+// keep it alive.
 func (r region) madvise(advice int) error {
 	if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.beg, r.end-r.beg, uintptr(advice)); errno != 0 {
 		return errno

@@ -3,6 +3,7 @@ package hugepage
 import (
 	"math"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -49,47 +50,95 @@ func TestCapped(t *testing.T) {
 }
 
 // TestAdviseFaultsInHugePages allocates small objects after readying 64
-// MiB, as a restore does, until 48 MiB of them lie in the advised block:
-// the block is advised for huge pages and, where the kernel gives them
-// (its mode madvise or always), at least 32 MiB of it comes in them;
-// withdraw ends the advice. (In a new process the objects take the block
+// MiB, as a restore does, until 48 MiB of them lie in the advised memory:
+// it is advised for huge pages and, where the kernel gives them (its mode
+// madvise or always), at least 32 MiB of it comes in them; withdraw ends
+// the advice. (In a new process the objects take the advised memory
 // first; a run before this one in the process has freed memory below it.)
 func TestAdviseFaultsInHugePages(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // as a restore runs (memlimit.Hold)
 	mode, _ := os.ReadFile(modeFile)
 	t.Logf("transparent huge pages: %q", strings.TrimSpace(string(mode)))
-
 	debug.FreeOSMemory() // a run before this one in the process leaves its memory resident
-	r, err := advise(64 << 20)
+	rs, err := advise(64 << 20)
 	require.NoError(t, err)
-	_, flags := area(t, r.beg)
-	assert.Contains(t, flags, " hg ", "the block advised for huge pages")
+	require.NotEmpty(t, rs)
+	for _, r := range rs {
+		assert.Contains(t, area(t, r.beg).flags, " hg ", "the blocks advised for huge pages")
+	}
 	var objects [][]byte
 	for in := 0; in < 48<<20 && len(objects) < 256<<10; {
 		b := make([]byte, 1000)
-		if p := uintptr(unsafe.Pointer(&b[0])); r.beg <= p && p < r.end {
-			in += len(b)
+		p := uintptr(unsafe.Pointer(&b[0]))
+		for _, r := range rs {
+			if r.beg <= p && p < r.end {
+				in += len(b)
+			}
 		}
 		objects = append(objects, b)
 	}
-	huge, _ := area(t, r.beg)
+	var huge uint64
+	for _, r := range rs {
+		huge += area(t, r.beg).huge
+	}
 	inUse := InUse()
-	r.withdraw()
-	_, flags = area(t, r.beg)
+	rs.withdraw()
 	runtime.KeepAlive(objects)
 
 	if !strings.Contains(string(mode), "[never]") {
-		assert.GreaterOrEqual(t, huge, uint64(32<<20), "the block's pages came in huge pages")
+		assert.GreaterOrEqual(t, huge, uint64(32<<20), "the advised memory came in huge pages")
 		assert.GreaterOrEqual(t, inUse, huge, "the process's memory in huge pages")
 	}
-	assert.NotContains(t, flags, " hg ", "the advice withdrawn")
+	for _, r := range rs {
+		assert.NotContains(t, area(t, r.beg).flags, " hg ", "the advice withdrawn")
+	}
 }
 
-// area returns the memory in huge pages and the VmFlags, space-delimited,
-// of the process's memory area holding addr.
-func area(t *testing.T, addr uintptr) (huge uint64, flags string) {
+// inChild names the test a child process runs (the test binary again).
+const inChild = "HUGEPAGE_TEST_CHILD"
+
+// TestAdviseAfterMemoryUsedBefore readies 64 MiB in a new process whose
+// heap used 16 MiB and freed it, as a restarted node's did opening its
+// log: the readying touches none of the fresh memory. Go zeroes a block
+// that overlaps memory its heap used before, all of the block, which one
+// block of 64 MiB placed over the freed memory would have it resident, in
+// 4 KiB pages, before the advice.
+func TestAdviseAfterMemoryUsedBefore(t *testing.T) {
+	if os.Getenv(inChild) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestAdviseAfterMemoryUsedBefore$", "-test.count=1")
+		cmd.Env = append(os.Environ(), inChild+"=1")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "the child process:\n%s", out)
+		return
+	}
+	debug.SetGCPercent(-1)
+	used := make([]byte, 16<<20)
+	for i := range used {
+		used[i] = 1
+	}
+	runtime.KeepAlive(used)
+	runtime.GC()
+	rs, err := advise(64 << 20)
+	require.NoError(t, err)
+	var rss uint64
+	for _, r := range rs {
+		rss += area(t, r.beg).rss // an advised region is an area of its own
+	}
+	assert.LessOrEqual(t, rss, uint64(20<<20), "the advised memory resident: the 16 MiB used before at most")
+	assert.GreaterOrEqual(t, rs.size(), 40<<20, "the bytes advised")
+}
+
+// memArea is what smaps says of one of the process's memory areas.
+type memArea struct {
+	rss, huge uint64 // bytes resident, and of them in huge pages
+	flags     string // VmFlags, space-delimited
+}
+
+// area returns the process's memory area holding addr.
+func area(t *testing.T, addr uintptr) memArea {
 	b, err := os.ReadFile("/proc/self/smaps")
 	require.NoError(t, err)
+	var a memArea
 	in := false
 	for _, line := range strings.Split(string(b), "\n") {
 		if lo, hi, ok := bounds(line); ok {
@@ -98,14 +147,17 @@ func area(t *testing.T, addr uintptr) (huge uint64, flags string) {
 		if !in {
 			continue
 		}
+		if n, ok := kB(line, "Rss:"); ok {
+			a.rss = n
+		}
 		if n, ok := kB(line, "AnonHugePages:"); ok {
-			huge = n
+			a.huge = n
 		}
 		if v, ok := strings.CutPrefix(line, "VmFlags:"); ok {
-			flags = v + " "
+			a.flags = v + " "
 		}
 	}
-	return huge, flags
+	return a
 }
 
 // bounds parses an area's first line in smaps: "lo-hi perms ...".

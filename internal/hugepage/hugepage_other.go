@@ -4,11 +4,13 @@ package hugepage
 
 import "errors"
 
-type region struct{}
+type regions struct{}
 
-func advise(int) (region, error) { return region{}, errors.ErrUnsupported }
+func advise(int) (regions, error) { return regions{}, errors.ErrUnsupported }
 
-func (region) withdraw() {}
+func (regions) size() int { return 0 }
+
+func (regions) withdraw() {}
 
 func physicalMemory() uint64 { return 0 }
 
