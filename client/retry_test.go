@@ -91,8 +91,9 @@ func TestRedirectToANewLeaderAtOnce(t *testing.T) {
 	f, l := follower.answered(), leader.answered()
 	require.Len(t, f, 4)
 	require.Len(t, l, 1)
-	// By the fourth answer the backoff has doubled past 80 ms.
-	assert.Less(t, l[0].Sub(f[3]), 30*time.Millisecond, "the new leader was tried %v after it was named", l[0].Sub(f[3]))
+	// By the fourth answer the backoff has doubled past 80 ms; at once is
+	// well under that, even on two cores busy with -race (33 ms seen in CI).
+	assert.Less(t, l[0].Sub(f[3]), 60*time.Millisecond, "the new leader was tried %v after it was named", l[0].Sub(f[3]))
 }
 
 // TestFailedConnectionsNotFollowed: an endpoint whose connection has
