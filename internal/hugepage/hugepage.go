@@ -31,7 +31,7 @@ const modeFile = "/sys/kernel/mm/transparent_hugepage/enabled"
 // memory as the live heap would. A process that has just started and
 // restores its snapshot is the case. Free pages the heap already holds go
 // to the allocations first (no first touch left to pay for them), then the
-// block's. n is capped at a quarter of the machine's memory: a caller sizes
+// readied ones. n is capped at a quarter of the machine's memory: a caller sizes
 // it from a count it has yet to check.
 func ForNext(n int) (readied int, end func()) {
 	n = capped(n, physicalMemory())

@@ -41,7 +41,6 @@ func advise(n int) (regions, error) {
 		p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 		spans[i] = region{p, p + uintptr(len(b))}
 	}
-	runtime.KeepAlive(blocks)
 	slices.SortFunc(spans, func(a, b region) int { return cmp.Compare(a.beg, b.beg) })
 	var runs regions
 	for _, s := range spans {
@@ -63,6 +62,7 @@ func advise(n int) (regions, error) {
 		}
 		rs = append(rs, r)
 	}
+	runtime.KeepAlive(blocks) // advised while they are still the blocks'
 	runtime.GC()
 	if err != nil {
 		rs.withdraw()
