@@ -3,7 +3,10 @@ package node
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"runtime"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -75,4 +78,38 @@ func TestRestoreReplacesTheSessionSet(t *testing.T) {
 	assert.False(t, dst.hasSession("c9"), "gone with the state it had")
 	mount(dst, 3, "c3")
 	assert.True(t, dst.hasSession("c3"), "applies after the restore are tracked")
+}
+
+// TestRestoreEndsWithACollection: once Restore returns, the collector's
+// count of the live heap, which sets the heap limit (memlimit.Tune) and
+// its pacing, is of the restored state, not of the one before: collecting
+// at once then would slow the log's replay, and the stale limit would
+// have it collect back to back.
+func TestRestoreEndsWithACollection(t *testing.T) {
+	now := time.Now().UnixMilli()
+	src := newStateMachine("cluster", "n0", func() int64 { return now })
+	const clients = 20_000
+	for i := range clients {
+		c := fmt.Sprintf("client-%05d", i)
+		r := src.Apply(&raft.Log{Index: uint64(i + 1), Term: 1, Type: raft.LogCommand, Data: fsm.Encode(&fsm.MountSegment{NowMs: now, ClientID: c,
+			Segment: fsm.SegmentSpec{ID: "s-" + c, Name: "n-" + c, Base: uint64(i+1) << 32, Size: 1 << 20}})})
+		require.NoError(t, r.(fsm.Result).Err)
+	}
+	var buf bytes.Buffer
+	require.NoError(t, src.f.Snapshot().Write(&buf, snapshots.Header{AppliedSeq: src.f.AppliedSeq(), RaftIndex: clients, RaftTerm: 1, ClusterID: "cluster", NodeID: "n0"}))
+	src = nil
+	runtime.GC()
+	live := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	before := live()
+
+	dst := newStateMachine("cluster", "n1", func() int64 { return now })
+	require.NoError(t, dst.Restore(io.NopCloser(&buf)))
+	after := live()
+	grown := after - min(after, before)
+	assert.Greater(t, grown, uint64(4<<20), "the live heap counted after the restore: %d B before, %d B more after", before, grown)
+	runtime.KeepAlive(dst)
 }
