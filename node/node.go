@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -395,6 +396,10 @@ func (n *Node) startRaft(ctx context.Context, started time.Time) error {
 	}
 	n.raft = r
 	n.trans.FastHeartbeats(func(term uint64) bool { return r.State() == raft.Follower && r.CurrentTerm() == term })
+	n.trans.HoldAppends(func(term uint64, peer raft.ServerID) bool {
+		return r.State() == raft.Leader && r.CurrentTerm() == term && slices.ContainsFunc(r.GetConfiguration().Configuration().Servers,
+			func(s raft.Server) bool { return s.ID == peer })
+	})
 	n.trans.BeforePreVote(n.dropSilentLeader)
 	n.trans.CoordinatePreVotes(n.cfg.ElectionTimeout)
 	return nil

@@ -1,8 +1,9 @@
 // Package raftnet is the Raft network of a node: stream layers over TCP
 // and mutual TLS for hashicorp/raft's NetworkTransport, and the guarded
 // transport that closes two of hashicorp/raft's hazards (heartbeats that
-// change a term beside the main loop, and the pipeline deadlock) and lets
-// the first candidate after a leader's death win (elections.go).
+// change a term beside the main loop, and the pipeline deadlock), lets
+// the first candidate after a leader's death win (elections.go) and holds
+// an append to a peer that is starting again (redial.go).
 package raftnet
 
 import (
@@ -47,8 +48,9 @@ type Transport struct {
 	relayed chan struct{} // closed when relay returns
 	once    sync.Once
 
-	handler atomic.Pointer[func(raft.RPC)]         // raft's heartbeat handler
-	fast    atomic.Pointer[func(term uint64) bool] // FastHeartbeats' test
+	handler atomic.Pointer[func(raft.RPC)]                             // raft's heartbeat handler
+	fast    atomic.Pointer[func(term uint64) bool]                     // FastHeartbeats' test
+	holding atomic.Pointer[func(term uint64, peer raft.ServerID) bool] // HoldAppends' test (redial.go)
 
 	// Elections (elections.go).
 	beforePreVote atomic.Pointer[func()]
