@@ -107,7 +107,7 @@ func parse(args []string) (config, error) {
 	fs.IntVar(&c.scaleClients, "scale-clients", 1000, "with --scale: clients mounted (one segment each) and pinging every second")
 	fs.IntVar(&c.scaleKills, "scale-kills", 1, "with --scale: SIGKILL the leader this many times at each size, each once the last old leader has caught up")
 	fs.StringVar(&c.scalePings, "scale-pings", scalePingsMooncake, "with --scale: the clients' protocol, for their pings and the writers' puts and removes: mooncake (Mooncake's, each client and writer on its own connection, finding the leader in etcd as Mooncake's HA clients do) or grpc (moonraft's Go client, the pings on one connection, the writes on another)")
-	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of every node for every measured step into this directory (with --scale: a heap profile of every node at every size, back-to-back 5 s CPU profiles of every node while they snapshot, and a CPU profile and an execution trace of the survivors of each failover, with a trace of moonbench)")
+	fs.StringVar(&c.profileDir, "profile", "", "with --local: save a CPU profile of every node for every measured step into this directory (with --scale: a heap profile of every node at every size, back-to-back 5 s CPU profiles of every node while they snapshot, and a CPU profile and an execution trace of the survivors of each failover, with a trace of moonbench, and a 5 s CPU profile of the restarted node from when it serves)")
 	nodeFlags := fs.String("node-flags", "", "with --local: more flags for every node, space-separated (\"--heap-headroom 1\", say)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -126,10 +126,12 @@ func (s *scaleRun) kill(ctx context.Context, profilePrefix string) (*killResult,
 	if err := l.Start(); err != nil {
 		return nil, err
 	}
+	restartProfiled := s.profileRestart(ctx, l, profilePrefix)
 	if err := s.lc.caughtUp(ctx, l); err != nil {
 		return nil, err
 	}
 	kr.RestartSecs = time.Since(t0).Seconds()
+	restartProfiled()
 	m, err := s.metrics(ctx, l)
 	if err != nil {
 		return nil, err
@@ -370,6 +372,33 @@ func (s *scaleRun) profileSurvivors(ctx context.Context, dead *localcluster.Node
 	})
 	return wg.Wait
 }
+
+// profileRestart saves, with --profile, a CPU profile of the restarted
+// node p from the moment it serves (its listeners open once Raft has
+// started: after the log's check and the snapshot's restore, which its log
+// times) for restartProfile, as <prefix>-restart-<id>.cpu: the catching
+// up. The returned func waits for it.
+func (s *scaleRun) profileRestart(ctx context.Context, p *localcluster.Node, prefix string) (wait func()) {
+	var wg sync.WaitGroup
+	if s.cfg.profileDir == "" {
+		return wg.Wait
+	}
+	wg.Go(func() {
+		path := filepath.Join(s.cfg.profileDir, fmt.Sprintf("%s-restart-%s.cpu", prefix, p.ID))
+		which := fmt.Sprintf("profile?seconds=%d", int(restartProfile/time.Second))
+		var err error
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
+			if err = savePprof(ctx, p, which, path); err == nil {
+				return
+			}
+		}
+		progressf("no restart profile of %s: %v", p.ID, err)
+	})
+	return wg.Wait
+}
+
+// restartProfile is how long a restarted node's CPU profile runs.
+const restartProfile = 5 * time.Second
 
 // failoverProfile and failoverTrace are how long a failover's CPU profiles
 // and execution traces run.
