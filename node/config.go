@@ -113,7 +113,12 @@ type Config struct {
 	// A snapshot is taken, checked every SnapshotInterval, once at least
 	// SnapshotThreshold log entries and SnapshotLogRatio times the last
 	// snapshot's size in log bytes have followed it (snapshotpolicy.go);
-	// with a ratio of 0, at SnapshotThreshold entries alone.
+	// with a ratio of 0, at SnapshotThreshold entries alone. The default
+	// interval is short because a check is a few loads and a restart
+	// replays the log since the last snapshot, which grows past the
+	// ratio's share until the next check (at 30 s a node checked every
+	// 30–60 s and held 96 s of log where 45 s was due: docs/BENCHMARKS.md,
+	// "Production size").
 	SnapshotInterval  time.Duration
 	SnapshotThreshold uint64
 	SnapshotLogRatio  float64
@@ -170,7 +175,7 @@ func DefaultConfig() Config {
 		HeartbeatTimeout:   300 * time.Millisecond,
 		ElectionTimeout:    300 * time.Millisecond,
 		ReadMode:           ReadLease,
-		SnapshotInterval:   30 * time.Second,
+		SnapshotInterval:   10 * time.Second,
 		SnapshotThreshold:  16384,
 		SnapshotLogRatio:   DefaultSnapshotLogRatio,
 		SnapshotRetain:     2,
