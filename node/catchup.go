@@ -67,7 +67,8 @@ func (c *catchUp) observe(now time.Time, applied, commit uint64) (msg string, ar
 }
 
 // catchUpLoop logs the state's progress whenever it trails the committed
-// log (catchUp), checking every second until ctx ends.
+// log (catchUp), checking every second until ctx ends, and lets the log
+// store forget the entries it kept for the state machine once applied.
 func (n *Node) catchUpLoop(ctx context.Context, started time.Time) {
 	c := &catchUp{started: started}
 	t := time.NewTicker(time.Second)
@@ -79,7 +80,9 @@ func (n *Node) catchUpLoop(ctx context.Context, started time.Time) {
 		case now := <-t.C:
 			// The state machine's own applied index: Raft's runs ahead,
 			// counting entries handed to the state machine, not applied.
-			if msg, args := c.observe(now, n.sm.appliedIndex.Load(), n.raft.CommitIndex()); msg != "" {
+			applied := n.sm.appliedIndex.Load()
+			n.store.Forget(applied)
+			if msg, args := c.observe(now, applied, n.raft.CommitIndex()); msg != "" {
 				n.log.Info(msg, args...)
 			}
 		}

@@ -238,7 +238,7 @@ func TestSnapshotFileSyncedAsWritten(t *testing.T) {
 // append until the process restarts.
 func TestWALRotationOnFullDisk(t *testing.T) {
 	dir := tmpfsDir(t, 8)
-	s, _, err := raftstore.Open(dir, raftstore.LogStoreWAL, hclog.NewNullLogger(), 1<<20)
+	s, _, err := raftstore.Open(dir, raftstore.LogStoreWAL, hclog.NewNullLogger(), 1<<20, 0)
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 	filler := fill(t, dir)
@@ -280,7 +280,7 @@ func TestWALRotationOnFullDisk(t *testing.T) {
 	}
 	check(s)
 	require.NoError(t, s.Close())
-	s, _, err = raftstore.Open(dir, raftstore.LogStoreWAL, hclog.NewNullLogger(), 1<<20)
+	s, _, err = raftstore.Open(dir, raftstore.LogStoreWAL, hclog.NewNullLogger(), 1<<20, 0)
 	require.NoError(t, err)
 	check(s)
 }

@@ -69,7 +69,7 @@ func withEtcd(e etcdbridge.Config) func(*Config) {
 // eachCommand calls fn with every command in a stopped node's Raft log,
 // which must be complete (no snapshot compaction in the test).
 func eachCommand(t *testing.T, dataDir string, fn func(data []byte)) {
-	store, _, err := raftstore.Open(dataDir, "", hclog.NewNullLogger(), 0)
+	store, _, err := raftstore.Open(dataDir, "", hclog.NewNullLogger(), 0, 0)
 	require.NoError(t, err)
 	defer store.Close()
 	first, err := store.FirstIndex()

@@ -35,7 +35,7 @@ type Node struct {
 	now   func() int64
 	raft  *raft.Raft
 	trans *raftnet.Transport
-	store raftstore.Store
+	store *raftstore.Checked
 	disk  *diskHealth
 	// The disk watchdog's view of log writes and its hold on the Raft
 	// traffic (fence.go).
@@ -292,8 +292,20 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 // a read lease after started.
 func (n *Node) startRaft(ctx context.Context, started time.Time) error {
 	cfg := n.cfg
+	files, err := raftstore.OpenSnapshots(cfg.DataDir, cfg.SnapshotRetain, n.log.Named("snapshots"))
+	if err != nil {
+		return err
+	}
+	snaps := &watchedSnapshots{SnapshotStore: files, h: n.disk, dataDir: cfg.DataDir}
+	keepFrom := uint64(1) // what a restart applies after its snapshot, if any
+	if metas, err := files.List(); err == nil && len(metas) > 0 {
+		// The log this node wrote before it stopped is not counted: its
+		// next snapshot waits for as much again.
+		n.disk.snapshotWritten(metas[0].Index, uint64(metas[0].Size))
+		keepFrom = metas[0].Index + 1
+	}
 	opening := time.Now()
-	store, ls, err := raftstore.Open(cfg.DataDir, cfg.RaftLogStore, n.log.Named("wal"), cfg.WALSegmentBytes)
+	store, ls, err := raftstore.Open(cfg.DataDir, cfg.RaftLogStore, n.log.Named("wal"), cfg.WALSegmentBytes, keepFrom)
 	if err != nil {
 		return err
 	}
@@ -301,23 +313,13 @@ func (n *Node) startRaft(ctx context.Context, started time.Time) error {
 	first, _ := store.FirstIndex()
 	last, _ := store.LastIndex()
 	n.log.Info("raft log store opened, every entry checked", "store", ls, "first", first, "last", last,
-		"took", time.Since(opening).Round(time.Millisecond))
+		"kept_to_apply", store.Kept(), "took", time.Since(opening).Round(time.Millisecond))
 	// The failpoints stand for the disk, so they sit inside what the
 	// disk watchdog watches.
 	n.logWrites = &watchedLog{LogStore: withFailpoints(store, cfg.DataDir), h: n.disk}
 	logs, err := raft.NewLogCache(512, n.logWrites)
 	if err != nil {
 		return err
-	}
-	files, err := raftstore.OpenSnapshots(cfg.DataDir, cfg.SnapshotRetain, n.log.Named("snapshots"))
-	if err != nil {
-		return err
-	}
-	snaps := &watchedSnapshots{SnapshotStore: files, h: n.disk, dataDir: cfg.DataDir}
-	if metas, err := files.List(); err == nil && len(metas) > 0 {
-		// The log this node wrote before it stopped is not counted: its
-		// next snapshot waits for as much again.
-		n.disk.snapshotWritten(metas[0].Index, uint64(metas[0].Size))
 	}
 	tcfg := &raft.NetworkTransportConfig{MaxPool: 3, Timeout: 10 * time.Second, Logger: n.log.Named("transport")}
 	if len(cfg.RaftDial) > 0 {

@@ -34,21 +34,28 @@ func entrySum(l *raft.Log) uint32 {
 	return crc32.Update(crc32.Update(0, castagnoli, hdr[:]), castagnoli, l.Data)
 }
 
-// checksummed stores every entry with its checksum; GetLog hands entries
-// back without it (what raft replicates is the entry as it was given).
-type checksummed struct {
+// Checked is a log store that stores every entry with its checksum;
+// GetLog hands entries back without it (what raft replicates is the entry
+// as it was given), from those the check at open kept where it can
+// (kept.go).
+type Checked struct {
 	Store
+	kept kept
 }
 
-func (s *checksummed) stamp(l *raft.Log) *raft.Log {
+func (s *Checked) stamp(l *raft.Log) *raft.Log {
 	c := *l // raft keeps l in its cache and in flight: stamp a copy
 	c.Extensions = binary.LittleEndian.AppendUint32(append([]byte(nil), sumMagic...), entrySum(l))
 	return &c
 }
 
-func (s *checksummed) StoreLog(l *raft.Log) error { return s.Store.StoreLog(s.stamp(l)) }
+func (s *Checked) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
-func (s *checksummed) StoreLogs(logs []*raft.Log) error {
+func (s *Checked) StoreLogs(logs []*raft.Log) error {
+	if len(logs) == 0 {
+		return s.Store.StoreLogs(logs)
+	}
+	s.kept.overwritten(logs[0].Index, logs[len(logs)-1].Index)
 	stamped := make([]*raft.Log, len(logs))
 	for i, l := range logs {
 		stamped[i] = s.stamp(l)
@@ -56,7 +63,15 @@ func (s *checksummed) StoreLogs(logs []*raft.Log) error {
 	return s.Store.StoreLogs(stamped)
 }
 
-func (s *checksummed) GetLog(index uint64, l *raft.Log) error {
+func (s *Checked) DeleteRange(lo, hi uint64) error {
+	s.kept.overwritten(lo, hi)
+	return s.Store.DeleteRange(lo, hi)
+}
+
+func (s *Checked) GetLog(index uint64, l *raft.Log) error {
+	if s.kept.get(index, l) {
+		return nil
+	}
 	if err := s.Store.GetLog(index, l); err != nil {
 		return err
 	}
@@ -64,7 +79,14 @@ func (s *checksummed) GetLog(index uint64, l *raft.Log) error {
 	return err
 }
 
-func (s *checksummed) IsMonotonic() bool { return IsMonotonic(s.Store) }
+// Forget drops the entries kept at open up to index, which the state
+// machine has applied.
+func (s *Checked) Forget(index uint64) { s.kept.forget(index) }
+
+// Kept is how many entries are kept.
+func (s *Checked) Kept() int { return s.kept.len() }
+
+func (s *Checked) IsMonotonic() bool { return IsMonotonic(s.Store) }
 
 // verifyEntry checks l against its checksum and removes it; checked is
 // false for an entry stored without one (before this release).
@@ -81,8 +103,9 @@ func verifyEntry(l *raft.Log) (checked bool, err error) {
 }
 
 // verifyLog reads every entry of the store ls in dataDir and refuses a log
-// with a damaged entry, naming the store's files and the way out.
-func verifyLog(s raft.LogStore, dataDir string, ls LogStore) error {
+// with a damaged entry, naming the store's files and the way out. It keeps
+// the entries from keepFrom on (0: none).
+func verifyLog(s *Checked, dataDir string, ls LogStore, keepFrom uint64) error {
 	first, err := s.FirstIndex()
 	if err != nil {
 		return damagedLog(dataDir, ls, err)
@@ -94,10 +117,13 @@ func verifyLog(s raft.LogStore, dataDir string, ls LogStore) error {
 	if last == 0 {
 		return nil
 	}
-	var l raft.Log
 	for i := first; i <= last; i++ {
+		var l raft.Log
 		if err := s.GetLog(i, &l); err != nil {
 			return damagedLog(dataDir, ls, fmt.Errorf("entry %d: %w", i, err))
+		}
+		if keepFrom > 0 && i >= keepFrom {
+			s.kept.add(&l)
 		}
 	}
 	return nil

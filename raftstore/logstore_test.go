@@ -160,7 +160,7 @@ func TestLogStoreMonotonicThroughWrappers(t *testing.T) {
 		dir := t.TempDir()
 		s, err := openLogStore(dir, ls, hclog.NewNullLogger(), 0)
 		require.NoError(t, err)
-		c, err := raft.NewLogCache(8, &checksummed{Store: s})
+		c, err := raft.NewLogCache(8, &Checked{Store: s})
 		require.NoError(t, err)
 		assert.Equal(t, want, c.IsMonotonic(), string(ls))
 		require.NoError(t, s.Close())

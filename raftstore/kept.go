@@ -1,0 +1,93 @@
+package raftstore
+
+import (
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// A restarted node reads the log since its last snapshot three times
+// before it has applied it: the check at open (verifyLog), hashicorp/raft's
+// scan for configurations in NewRaft, and raft's reads for the state
+// machine (processLogs), which run in its main loop. raft-wal reads at
+// least 64 KiB from its file for every entry, and at a million objects on
+// two busy cores the last two reads took 0.25 s and 0.4 s of CPU of a 9 s
+// restart (docs/BENCHMARKS.md, "Production size"). So the check keeps the
+// entries it read from keepFrom on, up to keptMaxBytes of data, and GetLog
+// answers from them until the state machine has applied them (Forget).
+// A write or a deletion that overlaps them — a new leader replacing
+// entries this node had — drops them all: the log is the truth, the kept
+// entries a copy of it.
+const keptMaxBytes = 128 << 20
+
+// kept is a run of checked entries, in index order from from, of at most
+// limit bytes of data.
+type kept struct {
+	mu    sync.Mutex
+	limit int
+	from  uint64
+	logs  []*raft.Log
+	bytes int
+}
+
+// add keeps l (one past the last kept, else nothing), if the bound allows.
+func (k *kept) add(l *raft.Log) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.logs) == 0 {
+		k.from = l.Index
+	}
+	if l.Index != k.from+uint64(len(k.logs)) || k.bytes+len(l.Data) > k.limit {
+		return
+	}
+	c := *l
+	k.logs = append(k.logs, &c)
+	k.bytes += len(l.Data)
+}
+
+// get copies the kept entry index into l, if there is one.
+func (k *kept) get(index uint64, l *raft.Log) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if index < k.from || index-k.from >= uint64(len(k.logs)) {
+		return false
+	}
+	*l = *k.logs[index-k.from]
+	return true
+}
+
+// overwritten drops every kept entry if entries lo to hi, being written or
+// deleted, overlap them.
+func (k *kept) overwritten(lo, hi uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.logs) > 0 && lo < k.from+uint64(len(k.logs)) && hi >= k.from {
+		k.logs, k.bytes = nil, 0
+	}
+}
+
+// forget drops the kept entries up to index.
+func (k *kept) forget(index uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.logs) == 0 || index < k.from {
+		return
+	}
+	n := min(index-k.from+1, uint64(len(k.logs)))
+	for _, l := range k.logs[:n] {
+		k.bytes -= len(l.Data)
+	}
+	clear(k.logs[:n]) // the array outlives the slice
+	k.logs = k.logs[n:]
+	k.from += n
+	if len(k.logs) == 0 {
+		k.logs = nil
+	}
+}
+
+// len is how many entries are kept.
+func (k *kept) len() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.logs)
+}
