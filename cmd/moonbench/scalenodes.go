@@ -127,11 +127,11 @@ func (s *scaleRun) kill(ctx context.Context, profilePrefix string) (*killResult,
 		return nil, err
 	}
 	restartProfiled := s.profileRestart(ctx, l, profilePrefix)
+	defer restartProfiled()
 	if err := s.lc.caughtUp(ctx, l); err != nil {
 		return nil, err
 	}
 	kr.RestartSecs = time.Since(t0).Seconds()
-	restartProfiled()
 	m, err := s.metrics(ctx, l)
 	if err != nil {
 		return nil, err
