@@ -288,6 +288,16 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// leadsWithPeer says whether this node leads term with peer in its
+// configuration: the transport holds an append to a peer that refuses
+// connections while it does (raftnet/redial.go). raft's latest
+// configuration is an atomic load.
+func (n *Node) leadsWithPeer(term uint64, peer raft.ServerID) bool {
+	r := n.raft
+	return r.State() == raft.Leader && r.CurrentTerm() == term &&
+		slices.ContainsFunc(r.GetConfiguration().Configuration().Servers, func(s raft.Server) bool { return s.ID == peer })
+}
+
 // startRaft opens the node's Raft stores and starts Raft, no sooner than
 // a read lease after started.
 func (n *Node) startRaft(ctx context.Context, started time.Time) error {
@@ -398,10 +408,7 @@ func (n *Node) startRaft(ctx context.Context, started time.Time) error {
 	}
 	n.raft = r
 	n.trans.FastHeartbeats(func(term uint64) bool { return r.State() == raft.Follower && r.CurrentTerm() == term })
-	n.trans.HoldAppends(func(term uint64, peer raft.ServerID) bool {
-		return r.State() == raft.Leader && r.CurrentTerm() == term && slices.ContainsFunc(r.GetConfiguration().Configuration().Servers,
-			func(s raft.Server) bool { return s.ID == peer })
-	})
+	n.trans.HoldAppends(n.leadsWithPeer)
 	n.trans.BeforePreVote(n.dropSilentLeader)
 	n.trans.CoordinatePreVotes(n.cfg.ElectionTimeout)
 	return nil

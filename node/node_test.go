@@ -417,6 +417,46 @@ func TestRestartWithDataDir(t *testing.T) {
 	assert.Equal(t, 3, int(c.nodes[f].Status().Objects))
 }
 
+// TestRestartKeepsItsLogToApply: a follower restarted on its data dir
+// with entries after its snapshot has the log's check keep them for raft's
+// own reads (its start's log line says how many), forgets them once they
+// are applied, and ends with the others' state.
+func TestRestartKeepsItsLogToApply(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	mountSegments(t, c.nodes[l])
+	put(t, c.nodes[l], "a")
+	c.converged()
+	f := (l + 1) % 3
+	require.NoError(t, c.nodes[f].raft.Snapshot().Error())
+	put(t, c.nodes[l], "b")
+	put(t, c.nodes[l], "c")
+	c.converged()
+	c.stop(f)
+	var logged syncBuf
+	c.cfgs[f].Logger = hclog.New(&hclog.LoggerOptions{Name: c.cfgs[f].ID, Level: hclog.Info, Output: &logged})
+	c.start(f)
+	assert.Regexp(t, `raft log store opened.* kept_to_apply=[1-9]`, logged.String())
+	require.Eventually(t, func() bool { return c.nodes[f].store.Kept() == 0 }, 10*time.Second, 20*time.Millisecond,
+		"the kept entries forgotten once applied")
+	c.converged()
+	assert.Equal(t, 3, int(c.nodes[f].Status().Objects))
+}
+
+// TestLeadsWithPeer: the transport holds an append to a refusing peer
+// only while this node leads the append's term with the peer a member.
+func TestLeadsWithPeer(t *testing.T) {
+	c := newCluster(t, 3, time.Hour)
+	l := c.leader()
+	f := (l + 1) % 3
+	term := c.nodes[l].raft.CurrentTerm()
+	peer := raft.ServerID(c.cfgs[f].ID)
+	assert.True(t, c.nodes[l].leadsWithPeer(term, peer), "the leader, in its term, of a member")
+	assert.False(t, c.nodes[l].leadsWithPeer(term+1, peer), "another term")
+	assert.False(t, c.nodes[l].leadsWithPeer(term, "n9"), "a peer not in the configuration")
+	assert.False(t, c.nodes[f].leadsWithPeer(c.nodes[f].raft.CurrentTerm(), raft.ServerID(c.cfgs[l].ID)), "a follower")
+}
+
 // TestLogStoreKeptAndMigrated: a cluster on BoltDB logs; a follower
 // restarted with the other store named is refused, migrated offline it
 // rejoins on the WAL and catches up, a cluster of mixed stores.

@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -20,33 +21,39 @@ import (
 // entries a copy of it.
 const keptMaxBytes = 128 << 20
 
-// kept is a run of checked entries, in index order from from, of at most
-// limit bytes of data.
+// kept is a run of checked entries, in index order from from. size
+// mirrors len(logs) so that the log's reads and writes, for all of a
+// node's life but its start, find it empty without taking the lock.
 type kept struct {
 	mu    sync.Mutex
-	limit int
+	size  atomic.Int64
+	limit int // bytes of data that add keeps at most
+	added int // bytes of data added
 	from  uint64
 	logs  []*raft.Log
-	bytes int
 }
 
-// add keeps l (one past the last kept, else nothing), if the bound allows.
+// add keeps l (one past the last kept, else nothing), if the limit allows.
 func (k *kept) add(l *raft.Log) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.logs) == 0 {
 		k.from = l.Index
 	}
-	if l.Index != k.from+uint64(len(k.logs)) || k.bytes+len(l.Data) > k.limit {
+	if l.Index != k.from+uint64(len(k.logs)) || k.added+len(l.Data) > k.limit {
 		return
 	}
 	c := *l
 	k.logs = append(k.logs, &c)
-	k.bytes += len(l.Data)
+	k.added += len(l.Data)
+	k.size.Store(int64(len(k.logs)))
 }
 
 // get copies the kept entry index into l, if there is one.
 func (k *kept) get(index uint64, l *raft.Log) bool {
+	if k.size.Load() == 0 {
+		return false
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if index < k.from || index-k.from >= uint64(len(k.logs)) {
@@ -59,35 +66,36 @@ func (k *kept) get(index uint64, l *raft.Log) bool {
 // overwritten drops every kept entry if entries lo to hi, being written or
 // deleted, overlap them.
 func (k *kept) overwritten(lo, hi uint64) {
+	if k.size.Load() == 0 {
+		return
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if len(k.logs) > 0 && lo < k.from+uint64(len(k.logs)) && hi >= k.from {
-		k.logs, k.bytes = nil, 0
+	if lo < k.from+uint64(len(k.logs)) && hi >= k.from {
+		k.logs = nil
+		k.size.Store(0)
 	}
 }
 
 // forget drops the kept entries up to index.
 func (k *kept) forget(index uint64) {
+	if k.size.Load() == 0 {
+		return
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.logs) == 0 || index < k.from {
 		return
 	}
 	n := min(index-k.from+1, uint64(len(k.logs)))
-	for _, l := range k.logs[:n] {
-		k.bytes -= len(l.Data)
-	}
 	clear(k.logs[:n]) // the array outlives the slice
 	k.logs = k.logs[n:]
 	k.from += n
 	if len(k.logs) == 0 {
 		k.logs = nil
 	}
+	k.size.Store(int64(len(k.logs)))
 }
 
 // len is how many entries are kept.
-func (k *kept) len() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return len(k.logs)
-}
+func (k *kept) len() int { return int(k.size.Load()) }
