@@ -63,7 +63,7 @@ func main() {
 }
 
 // runChild runs the processes a local run starts from this binary (a
-// baseline's, an etcd); isChild is false for any other command line.
+// baseline's, an etcd, a probe); isChild is false for any other command line.
 func runChild(args []string) (isChild bool, err error) {
 	if len(args) == 0 {
 		return false, nil
@@ -73,6 +73,8 @@ func runChild(args []string) (isChild bool, err error) {
 		return true, runBaselineProcess(args[0], args[1:])
 	case cmdEtcd:
 		return true, runEtcdProcess(args[1:])
+	case cmdProbe:
+		return true, runProbeProcess(args[1:])
 	}
 	return false, nil
 }

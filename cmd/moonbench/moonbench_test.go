@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,13 +23,17 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// TestMain lets the test binary play the baseline's processes and etcd,
-// as the moonbench binary does: openBaseline starts cfg.benchBin with their
-// commands.
+// TestMain lets the test binary play the baseline's processes, etcd and
+// the probe, as the moonbench binary does: they start cfg.benchBin with
+// their commands.
 func TestMain(m *testing.M) {
 	isChild, err := runChild(os.Args[1:])
 	if !isChild {
-		os.Exit(m.Run())
+		code := m.Run()
+		if builtDir != "" {
+			os.RemoveAll(builtDir)
+		}
+		os.Exit(code)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -302,6 +307,28 @@ func TestLagOfAStandbyThatNeverCatchesUp(t *testing.T) {
 	assert.GreaterOrEqual(t, lag.p99, 200*time.Millisecond, "at least the age of the oldest unreached position")
 }
 
+var (
+	buildOnce sync.Once
+	builtDir  string
+	builtBin  string
+	buildErr  error
+)
+
+// moonraftWithFailpoints builds the moonraft binary with failpoints once
+// for the tests that start a cluster.
+func moonraftWithFailpoints(t *testing.T) string {
+	buildOnce.Do(func() {
+		if builtDir, buildErr = os.MkdirTemp("", "moonbench-test-"); buildErr != nil {
+			return
+		}
+		var bins map[string]string
+		bins, buildErr = localcluster.Build(builtDir, []string{"failpoints"}, false, map[string]string{"moonraft": "./cmd/node"})
+		builtBin = bins["moonraft"]
+	})
+	require.NoError(t, buildErr)
+	return builtBin
+}
+
 // TestSlowLogWrites: with --local, a step counts the Raft log writes over
 // 64 ms on moonraft's nodes, the evidence that a standby-lag spike was the
 // disk. One node, built with failpoints, takes 100 ms for every log write.
@@ -313,9 +340,7 @@ func TestSlowLogWrites(t *testing.T) {
 	defer cancel()
 	cfg := testConfig(t)
 	cfg.local = true
-	bins, err := localcluster.Build(t.TempDir(), []string{"failpoints"}, false, map[string]string{"moonraft": "./cmd/node"})
-	require.NoError(t, err)
-	cfg.moonraftBin = bins["moonraft"]
+	cfg.moonraftBin = moonraftWithFailpoints(t)
 
 	lc, err := startLocal(ctx, cfg, variant{})
 	require.NoError(t, err)
@@ -536,4 +561,65 @@ func TestMachineNamesPageTouch(t *testing.T) {
 	assert.Positive(t, d)
 	assert.Less(t, d, time.Millisecond, "per 4 KiB page")
 	assert.Regexp(t, `^\d+ cores, .*, a page's first touch \d+\.\d µs$`, machine())
+}
+
+// TestProbeLine: a put pair crosses from the probe process intact, an
+// error with a newline and quotes included; a damaged line is an error.
+func TestProbeLine(t *testing.T) {
+	at := time.Unix(1000, 123456789)
+	for _, o := range []probeObs{
+		{at, 40 * time.Millisecond, nil},
+		{at, time.Second, errors.New("OUTCOME_UNKNOWN: \"lost\"\nagain")},
+	} {
+		got, err := parseProbeLine(probeLine(o))
+		require.NoError(t, err)
+		assert.True(t, o.at.Equal(got.at))
+		assert.Equal(t, o.lat, got.lat)
+		assert.Equal(t, o.err, got.err)
+	}
+	for _, bad := range []string{"", "ready", "1 2", "x 2 \"\"", "1 y \"\"", "1 2 unquoted"} {
+		_, err := parseProbeLine(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+// TestProbeProcess: the probe writes from a process of its own, and its
+// put pairs reach the harness, across a leader kill to the first answered
+// after it; finishing it ends the process.
+func TestProbeProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts a moonraft cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := testConfig(t)
+	cfg.local = true
+	cfg.moonraftBin = moonraftWithFailpoints(t)
+	lc, err := startLocal(ctx, cfg, variant{})
+	require.NoError(t, err)
+	defer lc.close()
+	const owner = "probe-owner"
+	_, err = mountFor(ctx, lc.cl, owner)
+	require.NoError(t, err)
+	s := &scaleRun{cfg: cfg, lc: lc, clients: []*scaleClient{{id: owner}}}
+
+	pr, err := s.startProbe(ctx, "test")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return pr.written() >= 10 }, time.Minute, 10*time.Millisecond)
+	l, err := lc.leader(ctx)
+	require.NoError(t, err)
+	kill := time.Now()
+	l.Kill()
+	require.Eventually(t, func() bool { return pr.firstAnsweredAfter(kill) > 0 }, time.Minute, 10*time.Millisecond)
+	calls := pr.callsAround(kill)
+	require.NotEmpty(t, calls)
+	assert.Empty(t, calls[len(calls)-1].Error, "the last is the first answered after the kill")
+
+	obs := pr.finish()
+	assert.EqualValues(t, pr.written(), s.filled.Load(), "every answered pair counted as filled")
+	assert.GreaterOrEqual(t, len(obs), 11)
+	for _, o := range obs {
+		assert.Positive(t, o.lat)
+		assert.False(t, o.at.Before(kill.Add(-time.Minute)))
+	}
 }

@@ -1,18 +1,35 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/moonraft/moonraft/client"
+	"github.com/moonraft/moonraft/internal/listflag"
 )
+
+// cmdProbe is the command under which this binary runs a probe: a writer
+// in a process of its own, as a client on another host would be. In the
+// harness's process its calls waited up to 0.2 s to be run, behind the
+// goroutines of 10,000 emulated clients that a failover wakes at once.
+const cmdProbe = "probe"
 
 // probe is one writer of put pairs, recording each call's start, latency
 // and outcome.
 type probe struct {
-	stop context.CancelFunc
+	stop func()
 	done chan struct{}
 	mu   sync.Mutex
 	obs  []probeObs
@@ -24,42 +41,145 @@ type probeObs struct {
 	err error
 }
 
-// startProbe starts a probe on a connection of its own, as a client
-// apart from the load's would be.
+// probeReady is the probe process's first line, once its client is made.
+const probeReady = "ready"
+
+// runProbeProcess writes put pairs of fresh keys under name, as owner,
+// one at a time, and prints a line for each (probeLine) until its stdin
+// ends: the harness closes it, or dies.
+func runProbeProcess(args []string) error {
+	fs := flag.NewFlagSet("moonbench "+cmdProbe, flag.ContinueOnError)
+	endpoints := fs.String("endpoints", "", "gRPC addresses of the cluster, comma-separated")
+	name := fs.String("name", "probe", "the keys' prefix")
+	owner := fs.String("owner", "", "the client whose segment the objects go to")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cl, err := client.Dial(client.Config{Endpoints: listflag.Split(*endpoints), MaxBackoff: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stop()
+	}()
+	out := bufio.NewWriter(os.Stdout)
+	fmt.Fprintln(out, probeReady)
+	if err := out.Flush(); err != nil {
+		return err
+	}
+	for i := 0; ctx.Err() == nil; i++ {
+		key := fmt.Sprintf("scale-%s/%d-%d", *name, time.Now().UnixNano(), i)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		at := time.Now()
+		_, err := cl.PutStart(cctx, key, []uint64{scaleObject}, client.ReplicateConfig{ReplicaNum: 1}, *owner)
+		if err == nil {
+			err = cl.PutEnd(cctx, key, *owner)
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		fmt.Fprintln(out, probeLine(probeObs{at, time.Since(at), err}))
+		if err := out.Flush(); err != nil {
+			return err
+		}
+		if err != nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// probeLine is one put pair as the probe process prints it: its start in
+// Unix nanoseconds, its latency in nanoseconds, and its error quoted ("" if
+// none).
+func probeLine(o probeObs) string {
+	msg := ""
+	if o.err != nil {
+		msg = o.err.Error()
+	}
+	return fmt.Sprintf("%d %d %s", o.at.UnixNano(), o.lat.Nanoseconds(), strconv.Quote(msg))
+}
+
+// parseProbeLine reads a probeLine.
+func parseProbeLine(line string) (probeObs, error) {
+	fields := strings.SplitN(line, " ", 3)
+	if len(fields) != 3 {
+		return probeObs{}, fmt.Errorf("probe line %q: want a start, a latency and an error", line)
+	}
+	at, err := strconv.ParseInt(fields[0], 10, 64)
+	if err != nil {
+		return probeObs{}, fmt.Errorf("probe line %q: start: %w", line, err)
+	}
+	lat, err := strconv.ParseInt(fields[1], 10, 64)
+	if err != nil {
+		return probeObs{}, fmt.Errorf("probe line %q: latency: %w", line, err)
+	}
+	msg, err := strconv.Unquote(fields[2])
+	if err != nil {
+		return probeObs{}, fmt.Errorf("probe line %q: error: %w", line, err)
+	}
+	o := probeObs{at: time.Unix(0, at), lat: time.Duration(lat)}
+	if msg != "" {
+		o.err = errors.New(msg)
+	}
+	return o, nil
+}
+
+// startProbe starts a probe process and returns once its client is made.
 func (s *scaleRun) startProbe(ctx context.Context, name string) (*probe, error) {
-	cl, err := client.Dial(client.Config{Endpoints: s.lc.endpoints(), MaxBackoff: 100 * time.Millisecond})
+	cmd := exec.Command(s.cfg.benchBin, cmdProbe, "--endpoints", strings.Join(s.lc.endpoints(), ","), "--name", name,
+		"--owner", s.clients[0].id)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
 	}
-	ctx, stop := context.WithCancel(ctx)
-	p := &probe{stop: stop, done: make(chan struct{})}
-	owner := s.clients[0].id
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &probe{stop: func() { stdin.Close() }, done: make(chan struct{})}
+	ready := make(chan struct{})
 	go func() {
 		defer close(p.done)
-		defer cl.Close()
-		for i := 0; ctx.Err() == nil; i++ {
-			key := fmt.Sprintf("scale-%s/%d-%d", name, time.Now().UnixNano(), i)
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			at := time.Now()
-			_, err := cl.PutStart(cctx, key, []uint64{scaleObject}, client.ReplicateConfig{ReplicaNum: 1}, owner)
-			if err == nil {
-				err = cl.PutEnd(cctx, key, owner)
-			}
-			cancel()
-			if ctx.Err() != nil {
-				return
+		defer func() { _ = cmd.Wait() }()
+		lines := bufio.NewScanner(stdout)
+		if !lines.Scan() || lines.Text() != probeReady {
+			return
+		}
+		close(ready)
+		for lines.Scan() {
+			o, err := parseProbeLine(lines.Text())
+			if err != nil {
+				progressf("probe %s: %v", name, err)
+				continue
 			}
 			p.mu.Lock()
-			p.obs = append(p.obs, probeObs{at, time.Since(at), err})
+			p.obs = append(p.obs, o)
 			p.mu.Unlock()
-			if err != nil {
-				time.Sleep(10 * time.Millisecond)
-			} else {
+			if o.err == nil {
 				s.filled.Add(1)
 			}
 		}
 	}()
-	return p, nil
+	select {
+	case <-ready:
+		return p, nil
+	case <-p.done:
+		return nil, fmt.Errorf("the %s probe process ended before its client was made", name)
+	case <-ctx.Done():
+		p.finish()
+		return nil, ctx.Err()
+	}
 }
 
 // firstAnsweredAfter is how long after t the first write sent after t was
