@@ -88,8 +88,8 @@ election-timeout   = "300ms"          # (docs/OPERATIONS.md, "Timeouts")
 # See docs/OPERATIONS.md, "Read modes".
 read-mode          = "lease"
 read-lease         = "0s"
-snapshot-interval  = "30s"
-snapshot-threshold = 16384
+snapshot-interval  = "10s"
+snapshot-threshold = 16384            # log entries, or 256 bytes of log each
 snapshot-log-ratio = 0.5              # and this many times the last snapshot's size in log bytes
 raft-wal-segment-mb = 64              # raft-wal segment files, preallocated (docs/OPERATIONS.md)
 

@@ -111,8 +111,9 @@ type Config struct {
 	WALSegmentBytes int
 
 	// A snapshot is taken, checked every SnapshotInterval, once at least
-	// SnapshotThreshold log entries and SnapshotLogRatio times the last
-	// snapshot's size in log bytes have followed it (snapshotpolicy.go);
+	// SnapshotThreshold log entries (or that many puts' bytes) and
+	// SnapshotLogRatio times the last snapshot's size in log bytes have
+	// followed it (snapshotpolicy.go);
 	// with a ratio of 0, at SnapshotThreshold entries alone. The default
 	// interval is short because a check is a few loads and a restart
 	// replays the log since the last snapshot, which grows past the

@@ -17,7 +17,11 @@ func TestSnapshotDue(t *testing.T) {
 		want                                 bool
 	}{
 		{"no snapshot yet", 1, 1, 1, 0, 1, true},
-		{"too few entries", 99, 100, 1 << 30, 1 << 20, 1, false},
+		{"too few entries and bytes", 99, 100, 100*entryBytes - 1, 1 << 10, 0.5, false},
+		{"few entries of many bytes", 99, 100, 1 << 30, 1 << 20, 1, true},
+		{"few entries of many bytes, short of the ratio", 99, 100, 1 << 19, 1 << 20, 1, false},
+		{"ratio 0: bytes do not count", 99, 100, 1 << 30, 1 << 20, 0, false},
+		{"a threshold past any log", 99, 1 << 62, 1 << 40, 1 << 20, 0.5, false},
 		{"log smaller than the state", 1000, 100, 1 << 19, 1 << 20, 1, false},
 		{"log as large as the state", 1000, 100, 1 << 20, 1 << 20, 1, true},
 		{"ratio 2 waits for twice", 1000, 100, 3 << 19, 1 << 20, 2, false},

@@ -114,7 +114,7 @@ func TestFlightRecorderNeedsANode(t *testing.T) {
 }
 
 // TestExampleConfig: docs/moonraft.example.hcl uses only real keys with
-// valid values.
+// valid values, and shows the snapshot rule's defaults.
 func TestExampleConfig(t *testing.T) {
 	o := &options{cfg: node.DefaultConfig()}
 	fs, _, _ := newFlags(o)
@@ -125,6 +125,10 @@ func TestExampleConfig(t *testing.T) {
 	assert.Equal(t, 256, o.cfg.Limits.MaxInFlightPerClient)
 	assert.Equal(t, 512, o.cfg.MaxPendingWrites)
 	assert.Equal(t, "n0=10.0.0.1:7200,n1=10.0.0.2:7200,n2=10.0.0.3:7200", fs.Lookup("peers").Value.String())
+	def := node.DefaultConfig()
+	assert.Equal(t, def.SnapshotInterval, o.cfg.SnapshotInterval, "the example's snapshot rule is the default's")
+	assert.Equal(t, def.SnapshotThreshold, o.cfg.SnapshotThreshold)
+	assert.Equal(t, def.SnapshotLogRatio, o.cfg.SnapshotLogRatio)
 }
 
 // TestEtcdTLSDefaultsToNodeTLS: with https:// etcd endpoints and no

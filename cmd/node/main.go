@@ -109,7 +109,7 @@ func newFlags(o *options) (fs *flag.FlagSet, configFile *string, finish func() e
 	logStore := fs.String("raft-log-store", "", "Raft log store of a new data dir: wal (one fsync per append; the default) or boltdb; an existing data dir keeps its own (docs/OPERATIONS.md)")
 	walSegmentMB := fs.Int("raft-wal-segment-mb", 64, "size of each raft-wal segment file created from now on, in MiB (preallocated; Consul's segment_size_mb)")
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often Raft checks whether to snapshot")
-	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot before a new one is taken (and --snapshot-log-ratio's bytes)")
+	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot before a new one is taken, or that many times 256 bytes of log (and --snapshot-log-ratio's bytes)")
 	fs.Float64Var(&cfg.SnapshotLogRatio, "snapshot-log-ratio", cfg.SnapshotLogRatio,
 		"take a snapshot once the log written since the last one is this many times that snapshot's size (and --snapshot-threshold entries); 0: at --snapshot-threshold entries alone (docs/OPERATIONS.md)")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
