@@ -111,6 +111,7 @@ func TestDamagedFilesAtRestart(t *testing.T) {
 	}{
 		{"wal entry bit flip", raftstore.LogStoreWAL, wal, flipIn("b15"), true},
 		{"wal torn tail", raftstore.LogStoreWAL, wal, cutAt("b29"), false},
+		{"wal entry bit flip before the snapshot", raftstore.LogStoreWAL, wal, flipIn("a15"), false},
 		{"wal metadata scrambled", raftstore.LogStoreWAL, walMeta, scrambleData, true},
 		{"wal metadata cut short", raftstore.LogStoreWAL, walMeta, cutHalf, true},
 		{"boltdb entry bit flip", raftstore.LogStoreBoltDB, bolt, flipIn("b15"), true},
@@ -145,6 +146,9 @@ func TestDamagedFilesAtRestart(t *testing.T) {
 				c.nodes[f] = nd
 				c.converged()
 				assert.Equal(t, 61, int(nd.Status().Objects))
+				if tc.name == "wal entry bit flip before the snapshot" {
+					joinNeedingTheWholeLog(t, c, f)
+				}
 				return
 			}
 			require.Error(t, err, "a node with a damaged %s must not start", tc.file)
@@ -165,6 +169,27 @@ func TestDamagedFilesAtRestart(t *testing.T) {
 			assert.Equal(t, 61, int(c.nodes[f].Status().Objects))
 		})
 	}
+}
+
+// joinNeedingTheWholeLog makes f, whose log holds a damaged entry its
+// snapshot covers, the leader, and another node join it empty: f reads
+// its log from the start for the newcomer, answers the damaged entry as
+// missing, and sends its snapshot instead.
+func joinNeedingTheWholeLog(t *testing.T, c *cluster, f int) {
+	t.Helper()
+	l := c.leader()
+	if l != f {
+		require.NoError(t, c.nodes[l].TransferLeadership(ctx(t), c.cfgs[f].ID))
+	}
+	require.Eventually(t, func() bool { return c.leader() == f }, 10*time.Second, 10*time.Millisecond)
+	g := (f + 1) % 3
+	require.NoError(t, c.nodes[f].RemoveServer(ctx(t), c.cfgs[g].ID))
+	c.stop(g)
+	require.NoError(t, os.RemoveAll(c.cfgs[g].DataDir))
+	c.cfgs[g].Bootstrap, c.cfgs[g].Peers, c.cfgs[g].Join = false, nil, c.cfgs[f].GRPCAddr
+	c.start(g)
+	c.converged()
+	assert.Equal(t, 61, int(c.nodes[g].Status().Objects))
 }
 
 // TestInterruptedSnapshotIgnored: a crash while a snapshot is written

@@ -322,7 +322,7 @@ func (n *Node) startRaft(ctx context.Context, started time.Time) error {
 	n.store = store
 	first, _ := store.FirstIndex()
 	last, _ := store.LastIndex()
-	n.log.Info("raft log store opened, every entry checked", "store", ls, "first", first, "last", last,
+	n.log.Info("raft log store opened, the entries after the snapshot checked", "store", ls, "first", first, "last", last,
 		"kept_to_apply", store.Kept(), "took", time.Since(opening).Round(time.Millisecond))
 	// The failpoints stand for the disk, so they sit inside what the
 	// disk watchdog watches.

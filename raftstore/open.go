@@ -30,11 +30,11 @@ type Store interface {
 }
 
 // Open opens (or creates) the log store of dataDir — the one it holds, or
-// want, or the default — and checks every entry it holds against its
-// checksum before handing it over; entries stored from then on carry
+// want, or the default — and checks the entries from keepFrom on (0:
+// every entry), those a restart applies after its snapshot, against their
+// checksums before handing it over; entries stored from then on carry
 // their checksums. A damaged log is refused with the way out. The entries
-// from keepFrom on (0: none), those a restart applies after its snapshot,
-// stay in memory until Forget (kept.go).
+// checked from keepFrom stay in memory until Forget (kept.go).
 func Open(dataDir string, want LogStore, logger hclog.Logger, walSegmentBytes int, keepFrom uint64) (*Checked, LogStore, error) {
 	ls, err := chooseLogStore(dataDir, want)
 	if err != nil {
@@ -44,7 +44,7 @@ func Open(dataDir string, want LogStore, logger hclog.Logger, walSegmentBytes in
 	if err != nil {
 		return nil, "", err
 	}
-	checked := &Checked{Store: s, kept: kept{limit: keptMaxBytes}}
+	checked := &Checked{Store: s, kept: kept{limit: keptMaxBytes}, logger: logger}
 	if err := verifyLog(checked, dataDir, ls, keepFrom); err != nil {
 		_ = s.Close()
 		return nil, "", err
