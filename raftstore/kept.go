@@ -17,8 +17,8 @@ import (
 // entries it read from keepFrom on, up to keptMaxBytes of data, and GetLog
 // answers from them until the state machine has applied them (Forget).
 // A write or a deletion that overlaps them — a new leader replacing
-// entries this node had — drops them all: the log is the truth, the kept
-// entries a copy of it.
+// entries this node had — drops them from where it starts: the log is the
+// truth, the kept entries a copy of it.
 const keptMaxBytes = 128 << 20
 
 // kept is a run of checked entries, in index order from from. size
@@ -63,18 +63,30 @@ func (k *kept) get(index uint64, l *raft.Log) bool {
 	return true
 }
 
-// overwritten drops every kept entry if entries lo to hi, being written or
-// deleted, overlap them.
+// overwritten drops the kept entries from lo on if entries lo to hi,
+// being written or deleted, overlap them. Those before lo stay: a new
+// leader replaces a follower's log from where the two differ, and they
+// agree before it (a restarted old leader's last, uncommitted entry
+// dropped all 2,287 of the kept ones, and raft read them from disk).
 func (k *kept) overwritten(lo, hi uint64) {
 	if k.size.Load() == 0 {
 		return
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if lo < k.from+uint64(len(k.logs)) && hi >= k.from {
-		k.logs = nil
-		k.size.Store(0)
+	if lo >= k.from+uint64(len(k.logs)) || hi < k.from {
+		return
 	}
+	n := uint64(0)
+	if lo > k.from {
+		n = lo - k.from
+	}
+	clear(k.logs[n:])
+	k.logs = k.logs[:n]
+	if n == 0 {
+		k.logs = nil
+	}
+	k.size.Store(int64(len(k.logs)))
 }
 
 // forget drops the kept entries up to index.

@@ -80,9 +80,9 @@ func TestDamageBeforeTheSnapshot(t *testing.T) {
 
 // TestKeptEntries: the check at open keeps the entries from keepFrom on,
 // within its bound, and GetLog answers from them; a write or deletion that
-// overlaps them drops them all (a new leader replacing this node's
-// entries must not be answered with the old ones), one past or below them
-// does not, and Forget drops those applied.
+// overlaps them drops them from where it starts (a new leader replacing
+// this node's entries must not be answered with the old ones), one past or
+// below them does not, and Forget drops those applied.
 func TestKeptEntries(t *testing.T) {
 	data := func(i uint64) []byte { return []byte{'e', byte('0' + i)} }
 	open := func(t *testing.T, limit int) (*Checked, Store) {
@@ -127,7 +127,12 @@ func TestKeptEntries(t *testing.T) {
 		{"a new leader's entries over them", func(t *testing.T, s *Checked) {
 			require.NoError(t, s.DeleteRange(9, 9))
 			require.NoError(t, s.StoreLog(&raft.Log{Index: 9, Term: 3, Type: raft.LogCommand, Data: []byte("y9")}))
-		}, 0, "y9"},
+		}, 3, "y9"},
+		{"a new leader's entries over the last two", func(t *testing.T, s *Checked) {
+			require.NoError(t, s.DeleteRange(8, 9))
+			require.NoError(t, s.StoreLogs([]*raft.Log{{Index: 8, Term: 3, Type: raft.LogCommand, Data: []byte("y8")},
+				{Index: 9, Term: 3, Type: raft.LogCommand, Data: []byte("y9")}}))
+		}, 2, "y9"},
 		{"a compaction into them", func(t *testing.T, s *Checked) { require.NoError(t, s.DeleteRange(1, 6)) }, 0, "e9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
