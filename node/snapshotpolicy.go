@@ -29,7 +29,7 @@ func snapshotDue(entries, threshold, logBytes, snapSize uint64, ratio float64) b
 	return entries > 0 && enough && float64(logBytes) >= ratio*float64(snapSize)
 }
 
-// entryBytes is a put's log entry, about: the threshold keeps a small
+// entryBytes is about a put's log entry. The threshold keeps a small
 // state from being snapshotted at every check, and stands for that many
 // puts' bytes as well as their entries. The ticks of 10,000 idle clients'
 // pings are 17 KB each, 23 a second: counted in entries alone they reached

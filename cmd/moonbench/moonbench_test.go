@@ -376,7 +376,9 @@ func TestScaleReport(t *testing.T) {
 	assert.Contains(t, out.String(), "n0   leader")
 	assert.Regexp(t, `save s +stalls\n.*n0 +leader .* 3\n`, out.String())
 	assert.Contains(t, out.String(), "reads, the pings among them: 4000000 under the read lease, 1234 after waiting for a quorum round")
+	assert.Contains(t, out.String(), "0 sessions lost, 0 remounts;")
 
+	r.Remounts, r.RemountsByPhase = 130, []phaseCount{{"fill", 128}, {"idle and snapshots", 0}, {"failovers and restarts", 2}}
 	r.FailoverMs, r.FailoverMaxMs, r.Kills = 500, 1070, []killResult{{FailoverMs: 1070,
 		Followers:   []followerTrace{{ID: "n0", LogAppends: 12, SlowestAppendMs: 512, LastContactMs: 480}},
 		Host:        hostWindow{Ms: 600, SystemMs: 700, KsoftirqdWaitMs: 410, SoftirqMs: 90, StealMs: 3, Squeezed: 7},
@@ -385,6 +387,7 @@ func TestScaleReport(t *testing.T) {
 	out.Reset()
 	r.print(&out)
 	assert.Contains(t, out.String(), "failover 500 ms to the next answered write (0 ms to a promoted leader), the median of 2 kills, the slowest 1070 ms")
+	assert.Contains(t, out.String(), "130 remounts (128 during the fill, 2 during the failovers and restarts);")
 	assert.Regexp(t, `kill 1: the next write answered at 1070 ms.*\n    n0 last heard from the leader at 480 ms; .* 12 log writes, the slowest within 512 ms`, out.String())
 	assert.Contains(t, out.String(), "the old leader caught up 9.7 s after its restart (its snapshot restored in 5.8 s, using 0.80 s of CPU)")
 	assert.Contains(t, out.String(), "the joining node: its snapshot restored in 4.0 s, using 0.83 s of CPU")

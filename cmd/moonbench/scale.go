@@ -101,10 +101,17 @@ type scaleResult struct {
 	Kills              []killResult `json:"kills"`
 	SessionsLost       int          `json:"sessions_lost_in_failover"` // over every kill
 	Remounts           int          `json:"remounts"`                  // by every client, over this size's phases
-	RestartSecs        float64      `json:"restart_secs"`              // the kills' median
+	RemountsByPhase    []phaseCount `json:"remounts_by_phase"`
+	RestartSecs        float64      `json:"restart_secs"` // the kills' median
 	JoinSecs           float64      `json:"join_secs"`
 	JoinBySnapshot     bool         `json:"join_by_snapshot"` // the leader sent the joining node a snapshot
 	JoinRestore        restoreTime  `json:"join_restore"`
+}
+
+// phaseCount is a count within one phase of a size's run.
+type phaseCount struct {
+	Phase string `json:"phase"`
+	N     int    `json:"n"`
 }
 
 // scaleSample is the nodes' memory at a point of the fill.
@@ -294,6 +301,13 @@ func (s *scaleRun) remounts() int {
 func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	r := &scaleResult{Clients: len(s.clients), Pings: s.cfg.scalePings}
 	remounts := s.remounts()
+	// ended counts the remounts of the phase that has just ended.
+	ended := func(phase string) {
+		now := s.remounts()
+		r.RemountsByPhase = append(r.RemountsByPhase, phaseCount{phase, now - remounts})
+		r.Remounts += now - remounts
+		remounts = now
+	}
 	_, st0, err := s.leaderStatus(ctx)
 	if err != nil {
 		return nil, err
@@ -310,6 +324,7 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	if err := s.drained(ctx); err != nil {
 		return nil, err
 	}
+	ended("fill")
 	l, st, err := s.leaderStatus(ctx)
 	if err != nil {
 		return nil, err
@@ -340,6 +355,7 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	if err := s.snapshots(ctx, n, r); err != nil {
 		return nil, err
 	}
+	ended("idle and snapshots")
 	_, st1, err := s.leaderStatus(ctx)
 	if err != nil {
 		return nil, err
@@ -357,10 +373,11 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	if err := s.failover(ctx, n, r); err != nil {
 		return nil, err
 	}
+	ended("failovers and restarts")
 	if err := s.join(ctx, r); err != nil {
 		return nil, err
 	}
-	r.Remounts = s.remounts() - remounts
+	ended("join")
 	return r, nil
 }
 
@@ -699,6 +716,20 @@ func percentile(vs []float64, q float64) float64 {
 	return vs[min(len(vs)-1, int(q*float64(len(vs))))]
 }
 
+// remountsText is the size's remounts, by phase if there were any.
+func (r *scaleResult) remountsText() string {
+	if r.Remounts == 0 {
+		return "0 remounts"
+	}
+	var by []string
+	for _, p := range r.RemountsByPhase {
+		if p.N > 0 {
+			by = append(by, fmt.Sprintf("%d during the %s", p.N, p.Phase))
+		}
+	}
+	return fmt.Sprintf("%d remounts (%s)", r.Remounts, strings.Join(by, ", "))
+}
+
 func (r *scaleResult) print(w io.Writer) {
 	fmt.Fprintf(w, "\n%d objects, %d clients pinging over %s (filled in %.0f s, %d failed calls; elections from the fill to the snapshots: %d)\n",
 		r.Objects, r.Clients, r.Pings, r.FillSecs, r.FillFailures, r.Elections)
@@ -717,8 +748,8 @@ func (r *scaleResult) print(w io.Writer) {
 		r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap, r.PacedSec, r.PacedSnapSec)
 	fmt.Fprintf(w, "  idle: Raft log %.0f B/s (%.1f entries/s), leader CPU %.2f cores, etcd %.1f txns/s %.0f B/s\n",
 		r.IdleLogBytesSec, r.IdleLogEntrySec, r.IdleLeaderCPU, r.IdleEtcdTxnsSec, r.IdleEtcdBytesSec)
-	fmt.Fprintf(w, "  failover %.0f ms to the next answered write (%.0f ms to a promoted leader), the median of %d kills, the slowest %.0f ms; %d sessions lost, %d remounts; restart caught up in %.1f s (median), a fresh node joined in %.1f s (%s)\n",
-		r.FailoverMs, r.FailoverPromotedMs, len(r.Kills), r.FailoverMaxMs, r.SessionsLost, r.Remounts, r.RestartSecs, r.JoinSecs, map[bool]string{true: "sent a snapshot", false: "sent the log"}[r.JoinBySnapshot])
+	fmt.Fprintf(w, "  failover %.0f ms to the next answered write (%.0f ms to a promoted leader), the median of %d kills, the slowest %.0f ms; %d sessions lost, %s; restart caught up in %.1f s (median), a fresh node joined in %.1f s (%s)\n",
+		r.FailoverMs, r.FailoverPromotedMs, len(r.Kills), r.FailoverMaxMs, r.SessionsLost, r.remountsText(), r.RestartSecs, r.JoinSecs, map[bool]string{true: "sent a snapshot", false: "sent the log"}[r.JoinBySnapshot])
 	fmt.Fprintf(w, "  the joining node: %s\n", r.JoinRestore)
 	for k, kr := range r.Kills {
 		fmt.Fprintf(w, "  kill %d: the next write answered at %.0f ms, a promoted leader seen at %.0f ms; the old leader caught up %.1f s after its restart (%s)\n", k+1, kr.FailoverMs, kr.PromotedMs, kr.RestartSecs, kr.Restore)
