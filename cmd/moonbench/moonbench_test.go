@@ -329,22 +329,29 @@ func moonraftWithFailpoints(t *testing.T) string {
 	return builtBin
 }
 
-// TestSlowLogWrites: with --local, a step counts the Raft log writes over
-// 64 ms on moonraft's nodes, the evidence that a standby-lag spike was the
-// disk. One node, built with failpoints, takes 100 ms for every log write.
-func TestSlowLogWrites(t *testing.T) {
+// localForTest starts a moonraft cluster for a test (skipped with -short)
+// and returns its context, config and cluster, torn down at the test's end.
+func localForTest(t *testing.T) (context.Context, config, *localCluster) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and starts a moonraft cluster")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	cfg := testConfig(t)
 	cfg.local = true
 	cfg.moonraftBin = moonraftWithFailpoints(t)
-
 	lc, err := startLocal(ctx, cfg, variant{})
 	require.NoError(t, err)
-	defer lc.close()
+	t.Cleanup(lc.close)
+	return ctx, cfg, lc
+}
+
+// TestSlowLogWrites: with --local, a step counts the Raft log writes over
+// 64 ms on moonraft's nodes, the evidence that a standby-lag spike was the
+// disk. One node, built with failpoints, takes 100 ms for every log write.
+func TestSlowLogWrites(t *testing.T) {
+	ctx, cfg, lc := localForTest(t)
 	before, err := lc.slowLogWrites(ctx)
 	require.NoError(t, err)
 	// node/failpoint_on.go's failpointSlowLog.
@@ -590,19 +597,9 @@ func TestProbeLine(t *testing.T) {
 // put pairs reach the harness, across a leader kill to the first answered
 // after it; finishing it ends the process.
 func TestProbeProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and starts a moonraft cluster")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cfg := testConfig(t)
-	cfg.local = true
-	cfg.moonraftBin = moonraftWithFailpoints(t)
-	lc, err := startLocal(ctx, cfg, variant{})
-	require.NoError(t, err)
-	defer lc.close()
+	ctx, cfg, lc := localForTest(t)
 	const owner = "probe-owner"
-	_, err = mountFor(ctx, lc.cl, owner)
+	_, err := mountFor(ctx, lc.cl, owner)
 	require.NoError(t, err)
 	s := &scaleRun{cfg: cfg, lc: lc, clients: []*scaleClient{{id: owner}}}
 
