@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,15 +17,10 @@ import (
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/localcluster"
-	"github.com/moonraft/moonraft/internal/svgplot"
 	"github.com/moonraft/moonraft/mckeeper"
 	mc "github.com/moonraft/moonraft/mooncakeapi"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	dto "github.com/prometheus/client_model/go"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
 )
 
 // moonbench --local --scale: one cluster at the default flags, exporting
@@ -47,90 +40,6 @@ const (
 	scaleSnapWait  = 10 * time.Minute // for every node to snapshot the filled state
 	scaleSampleGap = 5 * time.Second
 )
-
-// scaleNode is one node's figures at a size.
-type scaleNode struct {
-	ID            string  `json:"id"`
-	Role          string  `json:"role"`
-	RSSBytes      float64 `json:"rss_bytes"`
-	HeapBytes     float64 `json:"heap_inuse_bytes"`
-	LiveBytes     float64 `json:"heap_live_bytes"` // marked live by the last collection
-	SnapshotBytes float64 `json:"snapshot_bytes"`
-	SnapshotSecs  float64 `json:"snapshot_secs"` // mean of the snapshots written in the window
-	// Of the last of those, the writer's CPU and the file's syncs: the
-	// rest of its time the writer waited for a CPU.
-	SnapshotCPUSecs  float64 `json:"snapshot_cpu_secs"`
-	SnapshotSyncSecs float64 `json:"snapshot_sync_secs"`
-	// SchedStalls counts the times from the fill to the snapshots that
-	// the node's goroutines waited over a quarter of its heartbeat
-	// timeout to run (moonraft_stalls_total{kind="sched"}).
-	SchedStalls float64 `json:"sched_stalls"`
-}
-
-// scaleResult is what one size measured.
-type scaleResult struct {
-	Objects      uint64  `json:"objects"`
-	Clients      int     `json:"clients"`
-	Pings        string  `json:"pings"` // the clients' protocol
-	FillSecs     float64 `json:"fill_secs"`
-	FillFailures int64   `json:"fill_failed_calls"`
-	// Elections is how far the leader's term moved from before the fill
-	// to after the snapshots, the failover aside: a leader that lost its
-	// lease under the load (docs/RELIABILITY.md, finding 27).
-	Elections uint64 `json:"elections"`
-	// LeaseReads and QuorumReads count the reads the nodes served from the
-	// fill to the snapshots (the clients' pings among them) under the read
-	// lease and after waiting for a quorum round: the second are reads
-	// that found the lease lapsed.
-	LeaseReads         float64      `json:"lease_reads"`
-	QuorumReads        float64      `json:"quorum_reads"`
-	Nodes              []scaleNode  `json:"nodes"`
-	IdleLogBytesSec    float64      `json:"idle_raft_log_bytes_per_sec"`
-	IdleLogEntrySec    float64      `json:"idle_raft_log_entries_per_sec"`
-	IdleLeaderCPU      float64      `json:"idle_leader_cpu_cores"`
-	IdleEtcdTxnsSec    float64      `json:"idle_etcd_txns_per_sec"`
-	IdleEtcdBytesSec   float64      `json:"idle_etcd_bytes_per_sec"`
-	WriteP99Ms         float64      `json:"write_p99_ms"`          // outside every node's snapshot
-	WriteP99SnapMs     float64      `json:"write_p99_snapshot_ms"` // overlapping one
-	WritesInSnap       int          `json:"writes_during_snapshots"`
-	PacedSec           float64      `json:"writes_paced_per_sec"`          // by the export's flow control, outside snapshots
-	PacedSnapSec       float64      `json:"writes_paced_per_sec_snapshot"` // during one
-	FailoverMs         float64      `json:"failover_ms"`                   // leader SIGKILL to the next answered write, the kills' median
-	FailoverMaxMs      float64      `json:"failover_max_ms"`               // the slowest kill's
-	FailoverPromotedMs float64      `json:"failover_promoted_ms"`          // to a promoted leader's status, the median
-	Kills              []killResult `json:"kills"`
-	SessionsLost       int          `json:"sessions_lost_in_failover"` // over every kill
-	Remounts           int          `json:"remounts"`                  // by every client, over this size's phases
-	RemountsByPhase    []phaseCount `json:"remounts_by_phase"`
-	RestartSecs        float64      `json:"restart_secs"` // the kills' median
-	JoinSecs           float64      `json:"join_secs"`
-	JoinBySnapshot     bool         `json:"join_by_snapshot"` // the leader sent the joining node a snapshot
-	JoinRestore        restoreTime  `json:"join_restore"`
-}
-
-// phaseCount is a count within one phase of a size's run.
-type phaseCount struct {
-	Phase string `json:"phase"`
-	N     int    `json:"n"`
-}
-
-// scaleSample is the nodes' memory at a point of the fill.
-type scaleSample struct {
-	T       float64   `json:"t"`
-	Objects uint64    `json:"objects"`
-	RSS     []float64 `json:"rss_bytes"` // by node, n0 first
-	Heap    []float64 `json:"heap_inuse_bytes"`
-}
-
-type scaleReport struct {
-	Machine string        `json:"machine"`
-	Date    string        `json:"date"`
-	Args    string        `json:"args"`
-	Sizes   []scaleResult `json:"sizes"`
-	// Departure is measured once, after the largest size.
-	Departure *departureResult `json:"departure,omitempty"`
-	Samples   []scaleSample    `json:"samples"`
-}
 
 // The clients' protocols (--scale-pings).
 const (
@@ -714,99 +623,6 @@ func percentile(vs []float64, q float64) float64 {
 	}
 	slices.Sort(vs)
 	return vs[min(len(vs)-1, int(q*float64(len(vs))))]
-}
-
-// remountsText is the size's remounts, by phase if there were any.
-func (r *scaleResult) remountsText() string {
-	if r.Remounts == 0 {
-		return "0 remounts"
-	}
-	var by []string
-	for _, p := range r.RemountsByPhase {
-		if p.N > 0 {
-			by = append(by, fmt.Sprintf("%d during the %s", p.N, p.Phase))
-		}
-	}
-	return fmt.Sprintf("%d remounts (%s)", r.Remounts, strings.Join(by, ", "))
-}
-
-func (r *scaleResult) print(w io.Writer) {
-	fmt.Fprintf(w, "\n%d objects, %d clients pinging over %s (filled in %.0f s, %d failed calls; elections from the fill to the snapshots: %d)\n",
-		r.Objects, r.Clients, r.Pings, r.FillSecs, r.FillFailures, r.Elections)
-	fmt.Fprintf(w, "  %-4s %-8s %10s %9s %10s %9s %10s %9s %12s %9s %7s\n", "node", "role", "RSS MB", "B/object", "heap MB", "B/object", "live MB", "B/object", "snapshot MB", "save s", "stalls")
-	for _, n := range r.Nodes {
-		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f %7.0f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
-			n.HeapBytes/1e6, n.HeapBytes/float64(r.Objects), n.LiveBytes/1e6, n.LiveBytes/float64(r.Objects), n.SnapshotBytes/1e6, n.SnapshotSecs, n.SchedStalls)
-	}
-	var spent []string
-	for _, n := range r.Nodes {
-		spent = append(spent, fmt.Sprintf("%s %.2f s and %.2f s", n.ID, n.SnapshotCPUSecs, n.SnapshotSyncSecs))
-	}
-	fmt.Fprintf(w, "  of the last snapshot's time, the writer's CPU and the file's syncs (the rest it waited for a CPU): %s\n", strings.Join(spent, "; "))
-	fmt.Fprintf(w, "  reads, the pings among them: %.0f under the read lease, %.0f after waiting for a quorum round\n", r.LeaseReads, r.QuorumReads)
-	fmt.Fprintf(w, "  write p99 %.1f ms outside snapshots, %.1f ms during one (%d writes); writes paced by the export %.0f/s outside, %.0f/s during\n",
-		r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap, r.PacedSec, r.PacedSnapSec)
-	fmt.Fprintf(w, "  idle: Raft log %.0f B/s (%.1f entries/s), leader CPU %.2f cores, etcd %.1f txns/s %.0f B/s\n",
-		r.IdleLogBytesSec, r.IdleLogEntrySec, r.IdleLeaderCPU, r.IdleEtcdTxnsSec, r.IdleEtcdBytesSec)
-	fmt.Fprintf(w, "  failover %.0f ms to the next answered write (%.0f ms to a promoted leader), the median of %d kills, the slowest %.0f ms; %d sessions lost, %s; restart caught up in %.1f s (median), a fresh node joined in %.1f s (%s)\n",
-		r.FailoverMs, r.FailoverPromotedMs, len(r.Kills), r.FailoverMaxMs, r.SessionsLost, r.remountsText(), r.RestartSecs, r.JoinSecs, map[bool]string{true: "sent a snapshot", false: "sent the log"}[r.JoinBySnapshot])
-	fmt.Fprintf(w, "  the joining node: %s\n", r.JoinRestore)
-	for k, kr := range r.Kills {
-		fmt.Fprintf(w, "  kill %d: the next write answered at %.0f ms, a promoted leader seen at %.0f ms; the old leader caught up %.1f s after its restart (%s)\n", k+1, kr.FailoverMs, kr.PromotedMs, kr.RestartSecs, kr.Restore)
-		for _, c := range kr.ProbeCalls {
-			outcome := "answered"
-			if c.Error != "" {
-				outcome = c.Error
-			}
-			fmt.Fprintf(w, "    the probe's write sent at %.0f ms ended at %.0f ms: %s\n", c.SentMs, c.EndedMs, outcome)
-		}
-		for _, f := range kr.Followers {
-			fmt.Fprintf(w, "    %s last heard from the leader at %.0f ms; its commit index moved %.0f entries after the kill, the last move seen at %.0f ms; its log took %.0f more entries, the last at %.0f ms; its applied index last moved at %.0f ms (%.0f committed entries unapplied at the kill); from 2 s before the kill to the promotion %d log writes, the slowest within %.0f ms, and %.0f stalls\n",
-				f.ID, f.LastContactMs, f.CommittedAfter, f.LastCommitMs, f.AppendedAfter, f.LastAppendMs, f.AppliedMs, f.UnappliedAtKill, f.LogAppends, f.SlowestAppendMs, f.Stalls)
-		}
-		for _, h := range []struct {
-			span string
-			w    hostWindow
-		}{{"from the kill to the promotion", kr.Host}, {"in the 2 s before the kill", kr.HostBefore}} {
-			fmt.Fprintf(w, "    host %s (%.0f ms): the kernel took %.0f ms of CPU, softirqs %.0f ms, the hypervisor %.0f ms; ksoftirqd waited %.0f ms for a CPU; %d softirqs out of budget\n",
-				h.span, h.w.Ms, h.w.SystemMs, h.w.SoftirqMs, h.w.StealMs, h.w.KsoftirqdWaitMs, h.w.Squeezed)
-		}
-	}
-}
-
-// plot draws each node's RSS and Go heap against the objects held.
-func (rep *scaleReport) plot(path string) error {
-	panel := func(title string, of func(scaleSample) []float64) (*plot.Plot, error) {
-		p := plot.New()
-		p.Title.Text = title
-		p.X.Label.Text = "objects (millions)"
-		p.Y.Label.Text = "GB"
-		p.Add(plotter.NewGrid())
-		p.Legend.Top = true
-		for node := 0; len(rep.Samples) > 0 && node < len(of(rep.Samples[0])); node++ {
-			var xys plotter.XYs
-			for _, sm := range rep.Samples {
-				xys = append(xys, plotter.XY{X: float64(sm.Objects) / 1e6, Y: of(sm)[node] / 1e9})
-			}
-			l, err := plotter.NewLine(xys)
-			if err != nil {
-				return nil, err
-			}
-			l.Color = plotutil.Color(node)
-			p.Add(l)
-			p.Legend.Add(fmt.Sprintf("n%d", node), l)
-		}
-		return p, nil
-	}
-	rss, err := panel("resident memory by node while filling", func(s scaleSample) []float64 { return s.RSS })
-	if err != nil {
-		return err
-	}
-	heap, err := panel("Go heap in use by node while filling", func(s scaleSample) []float64 { return s.Heap })
-	if err != nil {
-		return err
-	}
-	return svgplot.WriteGrid(path, [][]*plot.Plot{{rss}, {heap}}, 10*vg.Inch, 3*vg.Inch)
 }
 
 // scaleKey is the fill's i-th key, 16 bytes: "scale/" and 10 hex digits of
