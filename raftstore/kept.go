@@ -77,10 +77,7 @@ func (k *kept) overwritten(lo, hi uint64) {
 	if lo >= k.from+uint64(len(k.logs)) || hi < k.from {
 		return
 	}
-	n := uint64(0)
-	if lo > k.from {
-		n = lo - k.from
-	}
+	n := max(lo, k.from) - k.from
 	clear(k.logs[n:])
 	k.logs = k.logs[:n]
 	if n == 0 {

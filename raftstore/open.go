@@ -1,9 +1,9 @@
 // Package raftstore is a node's state on disk: the Raft log stores
-// (raft-wal, raft-boltdb) with a checksum on every entry and the checks
-// made before Raft starts (which keep the entries a restart applies after
-// its snapshot, for raft's own reads of them), the snapshot store's
-// check, moving a data dir from one log store to the other, and the
-// offline restore that seeds a data dir from a snapshot file and the
+// (raft-wal, raft-boltdb) with a checksum on every entry, checked at
+// every read and, for the entries a restart applies after its snapshot,
+// before Raft starts (which keeps them for raft's own reads), the snapshot
+// store's check, moving a data dir from one log store to the other, and
+// the offline restore that seeds a data dir from a snapshot file and the
 // OpLog in etcd.
 package raftstore
 
