@@ -34,12 +34,35 @@ type Keeper struct {
 	segs []mc.Segment
 	c    *Client
 
-	mu      sync.Mutex // guards the fields below
-	lastErr error
-	cancel  context.CancelFunc
-	done    chan struct{}
+	mu        sync.Mutex // guards the fields below
+	lastErr   error
+	cancel    context.CancelFunc
+	done      chan struct{}
+	onRemount func(Remount)
 
 	remounts atomic.Int64
+}
+
+// Remount is a remount the master asked for, with what the client's pings
+// had seen before it: whether the master forgot a client that kept
+// pinging, or the pings had stopped reaching it.
+type Remount struct {
+	At time.Time // when the NEED_REMOUNT answer was read
+	// Silence is the longest the master can have gone without a ping from
+	// the client: from the sending of the last ping it answered OK to At;
+	// 0 if none had been since Start. Under the session TTL, the master
+	// forgot a client that was pinging.
+	Silence time.Duration
+	Failed  int    // pings failed since the last answered OK
+	LastErr string // the last failed ping's error, "" if none
+}
+
+// OnRemount has f called after each remount the master asks for (by the
+// Keeper's goroutine: f must not block). It must come before Start.
+func (k *Keeper) OnRemount(f func(Remount)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.onRemount = f
 }
 
 // New returns a Keeper for client id, whose segments are segs, that finds
@@ -65,8 +88,9 @@ func (k *Keeper) Start(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	k.mu.Lock()
 	k.cancel, k.done = cancel, make(chan struct{})
+	onRemount := k.onRemount
 	k.mu.Unlock()
-	go k.run(ctx)
+	go k.run(ctx, onRemount)
 }
 
 // Stop ends the heartbeat and closes the connection, as a client process
@@ -93,20 +117,33 @@ func (k *Keeper) Err() error {
 	return k.lastErr
 }
 
-func (k *Keeper) run(ctx context.Context) {
+func (k *Keeper) run(ctx context.Context, onRemount func(Remount)) {
 	defer close(k.done)
-	fails := 0
+	var (
+		fails    int       // in a row, toward a switch of master
+		failed   int       // since the last ping answered OK
+		answered time.Time // when the last ping answered OK was sent
+		lastErr  string    // the last failed ping's
+	)
 	for {
-		err := k.ping(ctx)
+		sent := time.Now()
+		remounted, pinged, err := k.ping(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		k.mu.Lock()
 		k.lastErr = err
 		k.mu.Unlock()
+		if remounted && onRemount != nil {
+			r := Remount{At: pinged, Failed: failed, LastErr: lastErr}
+			if !answered.IsZero() {
+				r.Silence = pinged.Sub(answered)
+			}
+			onRemount(r)
+		}
 		if err == nil {
-			fails = 0
-		} else if fails++; fails >= maxPingFails && k.c.SwitchMaster(ctx) == nil {
+			fails, failed, answered, lastErr = 0, 0, sent, ""
+		} else if fails, failed, lastErr = fails+1, failed+1, err.Error(); fails >= maxPingFails && k.c.SwitchMaster(ctx) == nil {
 			fails = 0
 			continue // Mooncake's client pings a new master at once
 		}
@@ -118,18 +155,21 @@ func (k *Keeper) run(ctx context.Context) {
 	}
 }
 
-func (k *Keeper) ping(ctx context.Context) error {
+// ping pings, and remounts if the master says so; remounted reports a
+// remount that succeeded, pinged when the ping's answer was read.
+func (k *Keeper) ping(ctx context.Context) (remounted bool, pinged time.Time, err error) {
 	pctx, cancel := context.WithTimeout(ctx, pingEvery)
 	defer cancel()
 	p, err := CallExpected[mc.PingResponse](pctx, k.c, "Ping", k.id)
+	pinged = time.Now()
 	if err != nil || p.ClientStatus != mc.ClientNeedRemount {
-		return err
+		return false, pinged, err
 	}
 	if err := k.call(ctx, "ReMountSegment", mc.ReMountArgs{Segments: k.segs, ClientID: k.id}); err != nil {
-		return err
+		return false, pinged, err
 	}
 	k.remounts.Add(1)
-	return nil
+	return true, pinged, nil
 }
 
 // call calls a function answering Expected<void>, waiting for its answer

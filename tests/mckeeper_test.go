@@ -60,7 +60,15 @@ func TestMooncakeKeepersFollowTheLeader(t *testing.T) {
 	k := keepers[0]
 	k.Stop()
 	require.Eventually(t, func() bool { return sessions() == uint64(len(keepers)-1) }, 3*ttl, 100*time.Millisecond, "the stopped keeper's session expires")
+	remounts := make(chan mckeeper.Remount, 2)
+	k.OnRemount(func(r mckeeper.Remount) { remounts <- r })
+	restarted := time.Now()
 	k.Start(ctx)
 	require.Eventually(t, func() bool { return k.Remounts() == 1 && sessions() == uint64(len(keepers)) }, 2*ttl, 100*time.Millisecond,
 		"the keeper remounts when told to: %v", k.Err())
+	r := <-remounts
+	assert.True(t, r.At.After(restarted), "the remount's time")
+	assert.Zero(t, r.Silence, "no ping answered OK since the restart")
+	assert.Zero(t, r.Failed)
+	assert.Empty(t, remounts, "one remount")
 }

@@ -104,8 +104,9 @@ func (s *scaleRun) departure(ctx context.Context) (*departureResult, error) {
 		return nil, err
 	}
 	t0 := time.Now()
-	for _, c := range leaving {
-		c.keeper.Stop()
+	if err := s.keepers.stop(ctx, stay, len(s.clients)); err != nil {
+		pr.finish()
+		return nil, err
 	}
 	var (
 		last   time.Time

@@ -63,7 +63,8 @@ func main() {
 }
 
 // runChild runs the processes a local run starts from this binary (a
-// baseline's, an etcd, a probe); isChild is false for any other command line.
+// baseline's, an etcd, a probe, the scale harness's clients); isChild is
+// false for any other command line.
 func runChild(args []string) (isChild bool, err error) {
 	if len(args) == 0 {
 		return false, nil
@@ -75,6 +76,8 @@ func runChild(args []string) (isChild bool, err error) {
 		return true, runEtcdProcess(args[1:])
 	case cmdProbe:
 		return true, runProbeProcess(args[1:])
+	case cmdClients:
+		return true, runClientsProcess(args[1:])
 	}
 	return false, nil
 }

@@ -7,16 +7,19 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moonraft/moonraft/internal/localcluster"
+	"github.com/moonraft/moonraft/mckeeper"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -331,7 +334,7 @@ func moonraftWithFailpoints(t *testing.T) string {
 
 // localForTest starts a moonraft cluster for a test (skipped with -short)
 // and returns its context, config and cluster, torn down at the test's end.
-func localForTest(t *testing.T) (context.Context, config, *localCluster) {
+func localForTest(t *testing.T, v variant, nodeFlags ...string) (context.Context, config, *localCluster) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and starts a moonraft cluster")
@@ -341,7 +344,8 @@ func localForTest(t *testing.T) (context.Context, config, *localCluster) {
 	cfg := testConfig(t)
 	cfg.local = true
 	cfg.moonraftBin = moonraftWithFailpoints(t)
-	lc, err := startLocal(ctx, cfg, variant{})
+	cfg.nodeFlags = nodeFlags
+	lc, err := startLocal(ctx, cfg, v)
 	require.NoError(t, err)
 	t.Cleanup(lc.close)
 	return ctx, cfg, lc
@@ -351,7 +355,7 @@ func localForTest(t *testing.T) (context.Context, config, *localCluster) {
 // 64 ms on moonraft's nodes, the evidence that a standby-lag spike was the
 // disk. One node, built with failpoints, takes 100 ms for every log write.
 func TestSlowLogWrites(t *testing.T) {
-	ctx, cfg, lc := localForTest(t)
+	ctx, cfg, lc := localForTest(t, variant{})
 	before, err := lc.slowLogWrites(ctx)
 	require.NoError(t, err)
 	// node/failpoint_on.go's failpointSlowLog.
@@ -597,7 +601,7 @@ func TestProbeLine(t *testing.T) {
 // put pairs reach the harness, across a leader kill to the first answered
 // after it; finishing it ends the process.
 func TestProbeProcess(t *testing.T) {
-	ctx, cfg, lc := localForTest(t)
+	ctx, cfg, lc := localForTest(t, variant{})
 	const owner = "probe-owner"
 	_, err := mountFor(ctx, lc.cl, owner)
 	require.NoError(t, err)
@@ -622,4 +626,88 @@ func TestProbeProcess(t *testing.T) {
 		assert.Positive(t, o.lat)
 		assert.False(t, o.at.Before(kill.Add(-time.Minute)))
 	}
+}
+
+func TestRemountLine(t *testing.T) {
+	r := mckeeper.Remount{At: time.Unix(1000, 123456789), Silence: 12 * time.Second, Failed: 3, LastErr: "Ping to 127.0.0.1:1: \"deadline\"\nexceeded"}
+	i, got, err := parseRemountLine(remountLine(42, r))
+	require.NoError(t, err)
+	assert.Equal(t, 42, i)
+	assert.True(t, r.At.Equal(got.At))
+	r.At = got.At
+	assert.Equal(t, r, got)
+	for _, bad := range []string{"", "remount", "remount 1 2 3 4", "count 1 2 3 4 \"\"", "remount x 2 3 4 \"\"", "remount 1 2 3 4 unquoted"} {
+		_, _, err := parseRemountLine(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+// TestClientsProcess: the scale harness's clients mount and ping from a
+// process of their own. Paused for two session TTLs, as a host that
+// stalls, each is told to remount when it pings again, and the harness
+// hears of each remount with the silence before it; clients stopped on
+// the harness's command have their sessions expired, the others not.
+func TestClientsProcess(t *testing.T) {
+	const ttl = 3 * time.Second
+	ctx, cfg, lc := localForTest(t, variant{mooncake: true}, "--client-ttl", ttl.String())
+	cfg.scaleClients, cfg.scalePings = 8, scalePingsMooncake
+	s := &scaleRun{cfg: cfg, lc: lc, http: &http.Client{Timeout: 10 * time.Second}}
+	sessions := func() uint64 {
+		_, st, err := s.leaderStatus(ctx)
+		require.NoError(t, err)
+		return st.Sessions
+	}
+	keepers, err := s.startClients(ctx, 1<<20)
+	require.NoError(t, err)
+	defer keepers.close()
+	assert.EqualValues(t, 8, sessions())
+	n, err := keepers.count(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+
+	paused := time.Now()
+	require.NoError(t, keepers.cmd.Process.Signal(syscall.SIGSTOP))
+	time.Sleep(2 * ttl)
+	require.NoError(t, keepers.cmd.Process.Signal(syscall.SIGCONT))
+	require.Eventually(t, func() bool {
+		n, err := keepers.count(ctx)
+		require.NoError(t, err)
+		return n == 8
+	}, time.Minute, 100*time.Millisecond)
+	rs := keepers.remountsSince(paused)
+	require.Len(t, rs, 8)
+	for _, r := range rs {
+		assert.GreaterOrEqual(t, r.Silence, 2*ttl, "client %d", r.client)
+		assert.Less(t, r.Silence, 4*ttl, "client %d", r.client)
+		assert.LessOrEqual(t, r.Failed, 1, "client %d: a ping sent before the pause may time out after it", r.client)
+	}
+	assert.EqualValues(t, 8, sessions())
+
+	require.NoError(t, keepers.stop(ctx, 4, 8))
+	require.Eventually(t, func() bool { return sessions() == 4 }, 4*ttl, 100*time.Millisecond, "the stopped clients' sessions expire")
+	time.Sleep(ttl)
+	assert.EqualValues(t, 4, sessions(), "the others' sessions live")
+	keepers.close()
+	assert.NoError(t, keepers.wait, "the process ends on its stdin's end")
+}
+
+// TestRemountCauses: the remounts' summary tells a master that forgot
+// pinging clients (a silence under the TTL) from pings that stopped
+// reaching it, and says how they failed, the commonest error first.
+func TestRemountCauses(t *testing.T) {
+	assert.Nil(t, remountCauses(nil))
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	c := remountCauses([]remountEvent{
+		{1, mckeeper.Remount{At: at, Silence: 12 * time.Second, Failed: 10, LastErr: "deadline exceeded"}},
+		{2, mckeeper.Remount{At: at, Silence: 2 * time.Second}},
+		{3, mckeeper.Remount{At: at, Silence: 11 * time.Second, Failed: 9, LastErr: "deadline exceeded"}},
+	})
+	require.NotNil(t, c)
+	assert.Equal(t, 11.0, c.SilenceMedianSecs)
+	assert.Equal(t, 12.0, c.SilenceMaxSecs)
+	assert.Equal(t, 1, c.UnderTTL)
+	assert.Equal(t, 9.0, c.FailedMedian)
+	assert.Equal(t, []errorCount{{"deadline exceeded", 2}, {"", 1}}, c.LastErrors)
+	assert.Equal(t, remountRec{Client: 2, At: "2026-11-30T12:00:00.000Z", SilenceSecs: 2}, c.Remounts[1])
+	assert.Equal(t, `from the client's last ping answered OK to the one answered NEED_REMOUNT 11.0 s (median; at most 12.0 s), 1 of 3 under the 10 s TTL; 9 pings failed between (median); the last failed one's error: 2 "deadline exceeded", 1 "none"`, c.text())
 }

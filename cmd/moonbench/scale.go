@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,11 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/moonraft/moonraft/client"
 	"github.com/moonraft/moonraft/etcdbridge"
-	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/localcluster"
-	"github.com/moonraft/moonraft/mckeeper"
 	mc "github.com/moonraft/moonraft/mooncakeapi"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	dto "github.com/prometheus/client_model/go"
@@ -48,12 +44,8 @@ const (
 )
 
 type scaleClient struct {
-	id     string  // moonraft's: a Mooncake client's is its UUID's String
-	uuid   mc.UUID // a Mooncake client's
-	keeper interface {
-		Stop()
-		Remounts() int
-	}
+	id   string  // moonraft's: a Mooncake client's is its UUID's String
+	uuid mc.UUID // a Mooncake client's
 }
 
 type scaleRun struct {
@@ -61,13 +53,12 @@ type scaleRun struct {
 	lc      *localCluster
 	http    *http.Client
 	clients []*scaleClient
-	// pingers (with --scale-pings grpc) is the gRPC clients' connection,
-	// apart from the writers' (lc.cl) as separate processes' would be,
-	// with the client's default backoff: at a 100 ms cap, 10,000 keepers
-	// retrying through an election could send the surviving nodes up to
-	// 100,000 calls a second, where a Mooncake client only pings again a
-	// second later.
-	pingers *client.Client
+	// keepers is the clients' process: their mounts and pings. With
+	// --scale-pings grpc they share one connection with the client's
+	// default backoff: at a 100 ms cap, 10,000 keepers retrying through an
+	// election could send the surviving nodes up to 100,000 calls a
+	// second, where a Mooncake client only pings again a second later.
+	keepers *clientsProc
 	// views finds the leader for the Mooncake clients, at master_view in
 	// etcd, as Mooncake's HA clients do.
 	views  *etcdbridge.Store
@@ -86,12 +77,6 @@ func runScale(ctx context.Context, cfg config, args string) error {
 	s := &scaleRun{cfg: cfg, lc: lc, http: &http.Client{Timeout: 10 * time.Second}, start: time.Now(),
 		rep: &scaleReport{Machine: machine(), Date: time.Now().UTC().Format(time.RFC3339), Args: args}}
 	fmt.Printf("moonbench %s\nmachine: %s\ndate: %s\n", s.rep.Args, s.rep.Machine, s.rep.Date)
-	if cfg.scalePings == scalePingsGRPC {
-		if s.pingers, err = client.Dial(client.Config{Endpoints: lc.endpoints()}); err != nil {
-			return err
-		}
-		defer s.pingers.Close()
-	}
 	// The nodes' default etcd prefix and cluster id, as the Config's.
 	if s.views, err = etcdbridge.Dial(etcdbridge.Config{Endpoints: lc.etcdP.endpoints()}); err != nil {
 		return err
@@ -100,11 +85,7 @@ func runScale(ctx context.Context, cfg config, args string) error {
 	if err := s.mount(ctx); err != nil {
 		return err
 	}
-	defer func() {
-		for _, c := range s.clients {
-			c.keeper.Stop()
-		}
-	}()
+	defer s.keepers.close()
 	for _, n := range cfg.scale {
 		r, err := s.size(ctx, uint64(n))
 		if err != nil {
@@ -134,88 +115,42 @@ func runScale(ctx context.Context, cfg config, args string) error {
 
 // mount gives every client a segment with room for twice its share of
 // the largest size (so no size evicts), and starts its pings, spread over
-// a second.
+// a second, in the clients' process.
 func (s *scaleRun) mount(ctx context.Context) error {
 	n := s.cfg.scaleClients
 	share := (uint64(slices.Max(s.cfg.scale)) + uint64(n) - 1) / uint64(n)
-	size := 2 * share * scaleObject
 	s.clients = make([]*scaleClient, n)
-	mounts := make([]func(context.Context) error, n)
-	starts := make([]func(), n)
 	for i := range s.clients {
-		c := &scaleClient{}
-		s.clients[i] = c
-		name := fmt.Sprintf("scale-%05d", i)
-		base := uint64(i+1) << 40
 		if s.cfg.scalePings == scalePingsGRPC {
-			c.id = name
-			seg := fsm.SegmentSpec{ID: name + "-seg", Name: name + "-host", Base: base, Size: size}
-			mounts[i] = func(ctx context.Context) error { return s.pingers.MountSegment(ctx, c.id, seg) }
-			starts[i] = func() { c.keeper = s.pingers.KeepAlive(ctx, c.id, []fsm.SegmentSpec{seg}, 0) }
+			s.clients[i] = &scaleClient{id: scaleClientName(i)}
 			continue
 		}
-		id := mc.UUID{First: scaleUUID, Second: uint64(i)}
-		seg := mc.Segment{ID: mc.UUID{First: scaleUUID + 1, Second: uint64(i)}, Name: name + "-host", Base: base, Size: size,
-			TEEndpoint: fmt.Sprintf("127.0.0.1:%d", 20000+i), Protocol: "tcp"}
-		c.id, c.uuid = id.String(), id
-		k := mckeeper.New(id, []mc.Segment{seg}, s.views.MooncakeMaster)
-		c.keeper = k
-		mounts[i] = k.Mount
-		starts[i] = func() { k.Start(ctx) }
+		id := mooncakeClient(i)
+		s.clients[i] = &scaleClient{id: id.String(), uuid: id}
 	}
-	progressf("mounting %d segments of %d KiB, one per client (%s)", n, size>>10, s.cfg.scalePings)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, 32)
-	for w := range errs {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				if err := retryUntil(ctx, 30*time.Second, mounts[i]); err != nil {
-					errs[w] = fmt.Errorf("mount %s: %w", s.clients[i].id, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	for i, start := range starts {
-		if i%max(1, n/100) == 0 {
-			time.Sleep(10 * time.Millisecond)
-		}
-		start()
-	}
-	return nil
-}
-
-// scaleUUID is the first half of the Mooncake clients' UUIDs (and, plus
-// one, of their segments'), the second half their index.
-const scaleUUID = 0x5ca1e
-
-func (s *scaleRun) remounts() int {
-	n := 0
-	for _, c := range s.clients {
-		n += c.keeper.Remounts()
-	}
-	return n
+	var err error
+	s.keepers, err = s.startClients(ctx, 2*share*scaleObject)
+	return err
 }
 
 // size fills the cluster to n objects and measures it.
 func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	r := &scaleResult{Clients: len(s.clients), Pings: s.cfg.scalePings}
-	remounts := s.remounts()
+	started := time.Now()
+	remounts, err := s.keepers.count(ctx)
+	if err != nil {
+		return nil, err
+	}
 	// ended counts the remounts of the phase that has just ended.
-	ended := func(phase string) {
-		now := s.remounts()
+	ended := func(phase string) error {
+		now, err := s.keepers.count(ctx)
+		if err != nil {
+			return err
+		}
 		r.RemountsByPhase = append(r.RemountsByPhase, phaseCount{phase, now - remounts})
 		r.Remounts += now - remounts
 		remounts = now
+		return nil
 	}
 	_, st0, err := s.leaderStatus(ctx)
 	if err != nil {
@@ -233,7 +168,9 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	if err := s.drained(ctx); err != nil {
 		return nil, err
 	}
-	ended("fill")
+	if err := ended("fill"); err != nil {
+		return nil, err
+	}
 	l, st, err := s.leaderStatus(ctx)
 	if err != nil {
 		return nil, err
@@ -264,7 +201,9 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	if err := s.snapshots(ctx, n, r); err != nil {
 		return nil, err
 	}
-	ended("idle and snapshots")
+	if err := ended("idle and snapshots"); err != nil {
+		return nil, err
+	}
 	_, st1, err := s.leaderStatus(ctx)
 	if err != nil {
 		return nil, err
@@ -282,11 +221,16 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	if err := s.failover(ctx, n, r); err != nil {
 		return nil, err
 	}
-	ended("failovers and restarts")
+	if err := ended("failovers and restarts"); err != nil {
+		return nil, err
+	}
 	if err := s.join(ctx, r); err != nil {
 		return nil, err
 	}
-	ended("join")
+	if err := ended("join"); err != nil {
+		return nil, err
+	}
+	r.RemountCauses = remountCauses(s.keepers.remountsSince(started))
 	return r, nil
 }
 

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"time"
+
+	"github.com/moonraft/moonraft/fsm"
 
 	"github.com/moonraft/moonraft/internal/svgplot"
 	"gonum.org/v1/plot"
@@ -48,30 +53,31 @@ type scaleResult struct {
 	// fill to the snapshots (the clients' pings among them) under the read
 	// lease and after waiting for a quorum round: the second are reads
 	// that found the lease lapsed.
-	LeaseReads         float64      `json:"lease_reads"`
-	QuorumReads        float64      `json:"quorum_reads"`
-	Nodes              []scaleNode  `json:"nodes"`
-	IdleLogBytesSec    float64      `json:"idle_raft_log_bytes_per_sec"`
-	IdleLogEntrySec    float64      `json:"idle_raft_log_entries_per_sec"`
-	IdleLeaderCPU      float64      `json:"idle_leader_cpu_cores"`
-	IdleEtcdTxnsSec    float64      `json:"idle_etcd_txns_per_sec"`
-	IdleEtcdBytesSec   float64      `json:"idle_etcd_bytes_per_sec"`
-	WriteP99Ms         float64      `json:"write_p99_ms"`          // outside every node's snapshot
-	WriteP99SnapMs     float64      `json:"write_p99_snapshot_ms"` // overlapping one
-	WritesInSnap       int          `json:"writes_during_snapshots"`
-	PacedSec           float64      `json:"writes_paced_per_sec"`          // by the export's flow control, outside snapshots
-	PacedSnapSec       float64      `json:"writes_paced_per_sec_snapshot"` // during one
-	FailoverMs         float64      `json:"failover_ms"`                   // leader SIGKILL to the next answered write, the kills' median
-	FailoverMaxMs      float64      `json:"failover_max_ms"`               // the slowest kill's
-	FailoverPromotedMs float64      `json:"failover_promoted_ms"`          // to a promoted leader's status, the median
-	Kills              []killResult `json:"kills"`
-	SessionsLost       int          `json:"sessions_lost_in_failover"` // over every kill
-	Remounts           int          `json:"remounts"`                  // by every client, over this size's phases
-	RemountsByPhase    []phaseCount `json:"remounts_by_phase"`
-	RestartSecs        float64      `json:"restart_secs"` // the kills' median
-	JoinSecs           float64      `json:"join_secs"`
-	JoinBySnapshot     bool         `json:"join_by_snapshot"` // the leader sent the joining node a snapshot
-	JoinRestore        restoreTime  `json:"join_restore"`
+	LeaseReads         float64         `json:"lease_reads"`
+	QuorumReads        float64         `json:"quorum_reads"`
+	Nodes              []scaleNode     `json:"nodes"`
+	IdleLogBytesSec    float64         `json:"idle_raft_log_bytes_per_sec"`
+	IdleLogEntrySec    float64         `json:"idle_raft_log_entries_per_sec"`
+	IdleLeaderCPU      float64         `json:"idle_leader_cpu_cores"`
+	IdleEtcdTxnsSec    float64         `json:"idle_etcd_txns_per_sec"`
+	IdleEtcdBytesSec   float64         `json:"idle_etcd_bytes_per_sec"`
+	WriteP99Ms         float64         `json:"write_p99_ms"`          // outside every node's snapshot
+	WriteP99SnapMs     float64         `json:"write_p99_snapshot_ms"` // overlapping one
+	WritesInSnap       int             `json:"writes_during_snapshots"`
+	PacedSec           float64         `json:"writes_paced_per_sec"`          // by the export's flow control, outside snapshots
+	PacedSnapSec       float64         `json:"writes_paced_per_sec_snapshot"` // during one
+	FailoverMs         float64         `json:"failover_ms"`                   // leader SIGKILL to the next answered write, the kills' median
+	FailoverMaxMs      float64         `json:"failover_max_ms"`               // the slowest kill's
+	FailoverPromotedMs float64         `json:"failover_promoted_ms"`          // to a promoted leader's status, the median
+	Kills              []killResult    `json:"kills"`
+	SessionsLost       int             `json:"sessions_lost_in_failover"` // over every kill
+	Remounts           int             `json:"remounts"`                  // by every client, over this size's phases
+	RemountsByPhase    []phaseCount    `json:"remounts_by_phase"`
+	RemountCauses      *remountCausesT `json:"remount_causes,omitempty"` // the Mooncake clients'
+	RestartSecs        float64         `json:"restart_secs"`             // the kills' median
+	JoinSecs           float64         `json:"join_secs"`
+	JoinBySnapshot     bool            `json:"join_by_snapshot"` // the leader sent the joining node a snapshot
+	JoinRestore        restoreTime     `json:"join_restore"`
 }
 
 // phaseCount is a count within one phase of a size's run.
@@ -96,6 +102,73 @@ type scaleReport struct {
 	// Departure is measured once, after the largest size.
 	Departure *departureResult `json:"departure,omitempty"`
 	Samples   []scaleSample    `json:"samples"`
+}
+
+// remountCausesT is what the Mooncake clients' pings had seen before
+// their remounts: a silence under the session TTL means the master forgot
+// a client that kept pinging; a longer one, that the pings had stopped
+// reaching it, and the last error says how.
+type remountCausesT struct {
+	SilenceMedianSecs float64      `json:"silence_median_secs"`
+	SilenceMaxSecs    float64      `json:"silence_max_secs"`
+	UnderTTL          int          `json:"under_ttl"` // of the default session TTL
+	FailedMedian      float64      `json:"failed_median"`
+	LastErrors        []errorCount `json:"last_errors"` // the commonest first
+	Remounts          []remountRec `json:"remounts"`
+}
+
+type errorCount struct {
+	Error string `json:"error"`
+	N     int    `json:"n"`
+}
+
+type remountRec struct {
+	Client      int     `json:"client"`
+	At          string  `json:"at"` // RFC 3339, ms
+	SilenceSecs float64 `json:"silence_secs"`
+	Failed      int     `json:"failed"`
+	LastErr     string  `json:"last_err,omitempty"`
+}
+
+// remountCauses sums up the remounts' records; nil if there were none.
+func remountCauses(rs []remountEvent) *remountCausesT {
+	if len(rs) == 0 {
+		return nil
+	}
+	ttl := time.Duration(fsm.DefaultParams().ClientTTLMs) * time.Millisecond
+	c := &remountCausesT{}
+	silences := make([]float64, len(rs))
+	failed := make([]float64, len(rs))
+	errs := map[string]int{}
+	for i, r := range rs {
+		silences[i], failed[i] = r.Silence.Seconds(), float64(r.Failed)
+		if r.Silence < ttl {
+			c.UnderTTL++
+		}
+		errs[r.LastErr]++
+		c.Remounts = append(c.Remounts, remountRec{Client: r.client, At: r.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+			SilenceSecs: r.Silence.Seconds(), Failed: r.Failed, LastErr: r.LastErr})
+	}
+	c.SilenceMedianSecs, c.SilenceMaxSecs, c.FailedMedian = median(silences), slices.Max(silences), median(failed)
+	for e, n := range errs {
+		c.LastErrors = append(c.LastErrors, errorCount{e, n})
+	}
+	slices.SortFunc(c.LastErrors, func(a, b errorCount) int { return cmp.Or(b.N-a.N, strings.Compare(a.Error, b.Error)) })
+	return c
+}
+
+// text is the causes in a line.
+func (c *remountCausesT) text() string {
+	var errs []string
+	for _, e := range c.LastErrors[:min(3, len(c.LastErrors))] {
+		msg := e.Error
+		if msg == "" {
+			msg = "none"
+		}
+		errs = append(errs, fmt.Sprintf("%d %q", e.N, msg))
+	}
+	return fmt.Sprintf("from the client's last ping answered OK to the one answered NEED_REMOUNT %.1f s (median; at most %.1f s), %d of %d under the %.0f s TTL; %.0f pings failed between (median); the last failed one's error: %s",
+		c.SilenceMedianSecs, c.SilenceMaxSecs, c.UnderTTL, len(c.Remounts), float64(fsm.DefaultParams().ClientTTLMs)/1000, c.FailedMedian, strings.Join(errs, ", "))
 }
 
 // remountsText is the size's remounts, by phase if there were any.
@@ -132,6 +205,9 @@ func (r *scaleResult) print(w io.Writer) {
 		r.IdleLogBytesSec, r.IdleLogEntrySec, r.IdleLeaderCPU, r.IdleEtcdTxnsSec, r.IdleEtcdBytesSec)
 	fmt.Fprintf(w, "  failover %.0f ms to the next answered write (%.0f ms to a promoted leader), the median of %d kills, the slowest %.0f ms; %d sessions lost, %s; restart caught up in %.1f s (median), a fresh node joined in %.1f s (%s)\n",
 		r.FailoverMs, r.FailoverPromotedMs, len(r.Kills), r.FailoverMaxMs, r.SessionsLost, r.remountsText(), r.RestartSecs, r.JoinSecs, map[bool]string{true: "sent a snapshot", false: "sent the log"}[r.JoinBySnapshot])
+	if r.RemountCauses != nil {
+		fmt.Fprintf(w, "  remounts: %s\n", r.RemountCauses.text())
+	}
 	fmt.Fprintf(w, "  the joining node: %s\n", r.JoinRestore)
 	for k, kr := range r.Kills {
 		fmt.Fprintf(w, "  kill %d: the next write answered at %.0f ms, a promoted leader seen at %.0f ms; the old leader caught up %.1f s after its restart (%s)\n", k+1, kr.FailoverMs, kr.PromotedMs, kr.RestartSecs, kr.Restore)
