@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/moonraft/moonraft/structpack"
 )
@@ -55,6 +56,10 @@ type Server struct {
 	// DefaultLoops(); a negative number means none, a reader goroutine per
 	// connection.
 	Loops int
+	// Observe, if set, is told of each call answered: its function and
+	// how long the handler took (the call's wait for the connection's
+	// earlier calls aside).
+	Observe func(functionID uint32, d time.Duration)
 }
 
 // Serve accepts connections on l until ctx ends or l fails; it closes
@@ -242,11 +247,19 @@ func (s *Server) answer(ctx context.Context, req Request) []byte {
 	if req.Header.MsgType == MsgForwarded {
 		ctx = context.WithValue(ctx, forwardedKey{}, true)
 	}
+	start := time.Now()
 	frame, _ := appendFrame(nil, req, func(dst []byte) ([]byte, Errc, string, bool) {
 		out, errc, msg := s.Handler.Call(ctx, req.Header.FunctionID, req.Body, dst)
 		return out, errc, msg, true
 	})
+	s.observe(req, start)
 	return frame
+}
+
+func (s *Server) observe(req Request, start time.Time) {
+	if s.Observe != nil {
+		s.Observe(req.Header.FunctionID, time.Since(start))
+	}
 }
 
 // appendInline appends the answer of req to dst if the handler answers it
@@ -256,9 +269,14 @@ func (s *Server) appendInline(dst []byte, ctx context.Context, req Request) ([]b
 	if !ok {
 		return dst, false
 	}
-	return appendFrame(dst, req, func(dst []byte) ([]byte, Errc, string, bool) {
+	start := time.Now()
+	out, done := appendFrame(dst, req, func(dst []byte) ([]byte, Errc, string, bool) {
 		return inliner.CallInline(ctx, req.Header.FunctionID, req.Body, dst)
 	})
+	if done {
+		s.observe(req, start)
+	}
+	return out, done
 }
 
 // appendFrame appends the frame answering req to dst: call appends the

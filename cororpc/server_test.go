@@ -78,12 +78,18 @@ func startServer(t *testing.T, h Handler, loops int) net.Conn {
 
 // serve starts a server and returns its address.
 func serve(t *testing.T, h Handler, loops int) string {
+	return serveWith(t, &Server{Handler: h, Loops: loops})
+}
+
+// serveWith starts srv, quiet, and returns its address.
+func serveWith(t *testing.T, srv *Server) string {
+	srv.Logger = slog.New(slog.DiscardHandler)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- (&Server{Handler: h, Logger: slog.New(slog.DiscardHandler), Loops: loops}).Serve(ctx, l)
+		done <- srv.Serve(ctx, l)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -169,6 +175,36 @@ func TestInlineCallWaitsForNothing(t *testing.T) {
 			seqs = append(seqs, resp.Header.Seq)
 		}
 		assert.Equal(t, []uint32{3, 2}, seqs, "the quick call does not wait behind the slow one")
+	})
+}
+
+// TestObserve: the server tells of each call answered, once, with the
+// handler's time: inline, on a worker, and a call that would have waited
+// inline and was run on a worker.
+func TestObserve(t *testing.T) {
+	forEachReader(t, func(t *testing.T, loops int) {
+		var mu sync.Mutex
+		seen := map[uint32][]time.Duration{}
+		addr := serveWith(t, &Server{Handler: quickReads{}, Loops: loops, Observe: func(id uint32, d time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[id] = append(seen[id], d)
+		}})
+		c := dialServer(t, addr)
+		r := bufio.NewReader(c)
+		for seq, id := range []uint32{2, 1, 4} { // inline, a worker's 50 ms, a worker's after the inline try
+			_, err := c.Write(call(uint32(seq), id, 50))
+			require.NoError(t, err)
+			readAnswers(t, r, 1)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Len(t, seen, 3)
+		for id, ds := range seen {
+			assert.Len(t, ds, 1, "function %d observed once", id)
+		}
+		assert.GreaterOrEqual(t, seen[1][0], 50*time.Millisecond, "the handler's time")
+		assert.Less(t, seen[2][0], 50*time.Millisecond)
 	})
 }
 

@@ -11,6 +11,7 @@ package mckeeper
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,10 +20,10 @@ import (
 )
 
 const (
-	// pingEvery is the wait after a ping, answered or not (Mooncake's
+	// PingEvery is the wait after a ping, answered or not (Mooncake's
 	// success_ping_interval_ms and fail_ping_interval_ms), and the longest
 	// a call waits for its answer.
-	pingEvery = time.Second
+	PingEvery = time.Second
 	// maxPingFails failed pings in a row send the client to look the
 	// master up again (max_ping_fail_count).
 	maxPingFails = 3
@@ -49,9 +50,10 @@ type Keeper struct {
 type Remount struct {
 	At time.Time // when the NEED_REMOUNT answer was read
 	// Silence is the longest the master can have gone without a ping from
-	// the client: from the sending of the last ping it answered OK to At;
-	// 0 if none had been since Start. Under the session TTL, the master
-	// forgot a client that was pinging.
+	// the client in the silenceWindow before At: from the sending of a
+	// ping it answered OK to the next answered OK, or to At; 0 if none had
+	// been since Start. Under the session TTL, the master forgot a client
+	// that was pinging.
 	Silence time.Duration
 	Failed  int    // pings failed since the last answered OK
 	LastErr string // the last failed ping's error, "" if none
@@ -120,10 +122,10 @@ func (k *Keeper) Err() error {
 func (k *Keeper) run(ctx context.Context, onRemount func(Remount)) {
 	defer close(k.done)
 	var (
-		fails    int       // in a row, toward a switch of master
-		failed   int       // since the last ping answered OK
-		answered time.Time // when the last ping answered OK was sent
-		lastErr  string    // the last failed ping's
+		fails   int    // in a row, toward a switch of master
+		failed  int    // since the last ping answered OK
+		lastErr string // the last failed ping's
+		quiet   silences
 	)
 	for {
 		sent := time.Now()
@@ -135,14 +137,11 @@ func (k *Keeper) run(ctx context.Context, onRemount func(Remount)) {
 		k.lastErr = err
 		k.mu.Unlock()
 		if remounted && onRemount != nil {
-			r := Remount{At: pinged, Failed: failed, LastErr: lastErr}
-			if !answered.IsZero() {
-				r.Silence = pinged.Sub(answered)
-			}
-			onRemount(r)
+			onRemount(Remount{At: pinged, Silence: quiet.longest(pinged), Failed: failed, LastErr: lastErr})
 		}
 		if err == nil {
-			fails, failed, answered, lastErr = 0, 0, sent, ""
+			fails, failed, lastErr = 0, 0, ""
+			quiet.ok(sent)
 		} else if fails, failed, lastErr = fails+1, failed+1, err.Error(); fails >= maxPingFails && k.c.SwitchMaster(ctx) == nil {
 			fails = 0
 			continue // Mooncake's client pings a new master at once
@@ -150,7 +149,7 @@ func (k *Keeper) run(ctx context.Context, onRemount func(Remount)) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(pingEvery):
+		case <-time.After(PingEvery):
 		}
 	}
 }
@@ -158,7 +157,7 @@ func (k *Keeper) run(ctx context.Context, onRemount func(Remount)) {
 // ping pings, and remounts if the master says so; remounted reports a
 // remount that succeeded, pinged when the ping's answer was read.
 func (k *Keeper) ping(ctx context.Context) (remounted bool, pinged time.Time, err error) {
-	pctx, cancel := context.WithTimeout(ctx, pingEvery)
+	pctx, cancel := context.WithTimeout(ctx, PingEvery)
 	defer cancel()
 	p, err := CallExpected[mc.PingResponse](pctx, k.c, "Ping", k.id)
 	pinged = time.Now()
@@ -175,8 +174,53 @@ func (k *Keeper) ping(ctx context.Context) (remounted bool, pinged time.Time, er
 // call calls a function answering Expected<void>, waiting for its answer
 // as long as for a ping.
 func (k *Keeper) call(ctx context.Context, name string, args any) error {
-	ctx, cancel := context.WithTimeout(ctx, pingEvery)
+	ctx, cancel := context.WithTimeout(ctx, PingEvery)
 	defer cancel()
 	_, err := CallExpected[mc.Void](ctx, k.c, name, args)
 	return err
+}
+
+const (
+	// A longGap between pings answered OK is kept for silenceWindow,
+	// three of Mooncake's default session TTLs (10 s).
+	longGap       = 2 * PingEvery
+	silenceWindow = 30 * time.Second
+)
+
+// silences tracks the gaps between a client's pings answered OK: how long
+// the master can have gone without hearing from it. The last one before a
+// NEED_REMOUNT may well be short: a ping the master answers OK just after
+// it drained the pings for a Tick that expires the session.
+type silences struct {
+	answered time.Time // when the last ping answered OK was sent
+	long     []gap     // over longGap, ended within silenceWindow
+}
+
+type gap struct {
+	d   time.Duration
+	end time.Time
+}
+
+// ok notes that a ping sent at t was answered OK.
+func (s *silences) ok(t time.Time) {
+	if !s.answered.IsZero() && t.Sub(s.answered) > longGap {
+		s.long = append(s.long, gap{t.Sub(s.answered), t})
+	}
+	s.answered = t
+	s.long = slices.DeleteFunc(s.long, func(g gap) bool { return t.Sub(g.end) > silenceWindow })
+}
+
+// longest is the longest gap in the silenceWindow before t, the one
+// running at t included; 0 if no ping has been answered OK.
+func (s *silences) longest(t time.Time) time.Duration {
+	if s.answered.IsZero() {
+		return 0
+	}
+	d := t.Sub(s.answered)
+	for _, g := range s.long {
+		if t.Sub(g.end) <= silenceWindow {
+			d = max(d, g.d)
+		}
+	}
+	return d
 }

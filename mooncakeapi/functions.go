@@ -111,6 +111,15 @@ type (
 	replicasByKey = map[string][]ReplicaDescriptor
 )
 
+// FunctionName is the name of the function with coro_rpc id id, "unknown"
+// for one moonraft does not serve.
+func FunctionName(id uint32) string {
+	if f, ok := Functions[id]; ok {
+		return f.Name
+	}
+	return "unknown"
+}
+
 // Functions lists the functions moonraft serves, by id.
 var Functions = index(
 	fn[Void, Expected[string]]("ServiceReady"),

@@ -61,6 +61,8 @@ type nodeMetrics struct {
 	quorumReads prometheus.Counter
 	rpcs        *prometheus.CounterVec
 	rpcDur      *prometheus.HistogramVec
+	mooncakeObs sync.Map // function -> prometheus.Observer
+	mooncakeDur *prometheus.HistogramVec
 	tickDur     prometheus.Histogram
 	etcdDur     *prometheus.HistogramVec
 	etcdErrs    *prometheus.CounterVec
@@ -82,6 +84,9 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 			[]string{"method", "code"}),
 		rpcDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "rpc_duration_seconds",
 			Help: "gRPC request latency on this node, by method.", Buckets: latencyBuckets}, []string{"method"}),
+		mooncakeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "mooncake_call_duration_seconds",
+			Help: "Mooncake-protocol calls' latency on this node, by function: the handler's time, a forward to the leader's included.", Buckets: latencyBuckets},
+			[]string{"function"}),
 		tickDur: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "tick_duration_seconds",
 			Help: "Time for the leader to replicate and apply one Tick (renewals, pings, expiry, eviction).", Buckets: latencyBuckets}),
 		etcdDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "etcd_txn_duration_seconds",
@@ -102,7 +107,7 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "pending_writes",
 		Help: "Client writes sent to the log and not yet applied on this node (bounded by --max-pending-writes)."},
 		func() float64 { return float64(n.pendingWrites.Load()) })
-	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.tickDur, m.etcdDur, m.etcdErrs, m.writesRefused, m.stalls, pending,
+	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.mooncakeDur, m.tickDur, m.etcdDur, m.etcdErrs, m.writesRefused, m.stalls, pending,
 		&stateCollector{n: n},
 		// The scheduler's latencies and the GC's pauses: what a node
 		// starved of CPU shows (RELIABILITY finding 10).
@@ -131,6 +136,14 @@ func (m *nodeMetrics) observeRPC(method, code string, d time.Duration) {
 	obs := o.(rpcObservers)
 	obs.count.Inc()
 	obs.dur.Observe(d.Seconds())
+}
+
+func (m *nodeMetrics) observeMooncake(function string, d time.Duration) {
+	o, ok := m.mooncakeObs.Load(function)
+	if !ok {
+		o, _ = m.mooncakeObs.LoadOrStore(function, m.mooncakeDur.WithLabelValues(function))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 func (m *nodeMetrics) observeEtcd(op string, start time.Time, err error) {

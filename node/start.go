@@ -44,6 +44,12 @@ func (n *Node) ObserveRPC(method, code string, d time.Duration) {
 	n.metrics.observeRPC(method, code, d)
 }
 
+// ObserveMooncake records an answered Mooncake-protocol call's duration
+// in the node's metrics.
+func (n *Node) ObserveMooncake(function string, d time.Duration) {
+	n.metrics.observeMooncake(function, d)
+}
+
 // MetricsHandler serves the node's Prometheus metrics.
 func (n *Node) MetricsHandler() http.Handler { return n.metrics.handler() }
 

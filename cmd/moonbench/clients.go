@@ -33,7 +33,8 @@ import (
 const cmdClients = "clients"
 
 // The clients process's protocol, a line each way. On its stdin:
-// clientsCount asks for the remounts so far, answered "count N";
+// clientsCount asks for the remounts so far and the CPU the process has
+// used, answered "count N NANOSECONDS";
 // "stop A B" stops the pings of clients A to B-1, answered "stopped A B"
 // once they have; the end of stdin stops every client and the process. On
 // its stdout, after clientsReady: the answers, and a clientsRemount line
@@ -131,7 +132,7 @@ func runClientsProcess(args []string) error {
 			for _, k := range keepers {
 				total += k.Remounts()
 			}
-			out.line(fmt.Sprintf("%s %d", clientsCount, total))
+			out.line(fmt.Sprintf("%s %d %d", clientsCount, total, processCPU().Nanoseconds()))
 		case len(cmd) == 3 && cmd[0] == clientsStop:
 			from, err1 := strconv.Atoi(cmd[1])
 			to, err2 := strconv.Atoi(cmd[2])
@@ -319,18 +320,28 @@ func (p *clientsProc) ask(ctx context.Context, cmd string) (string, error) {
 	}
 }
 
-// count is the clients' remounts so far.
-func (p *clientsProc) count(ctx context.Context) (int, error) {
+// count is the clients' remounts so far, and the CPU their process has
+// used.
+func (p *clientsProc) count(ctx context.Context) (int, time.Duration, error) {
 	a, err := p.ask(ctx, clientsCount)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	v, ok := strings.CutPrefix(a, clientsCount+" ")
-	n, err := strconv.Atoi(v)
-	if !ok || err != nil {
-		return 0, fmt.Errorf("the clients process answered %q to %s", a, clientsCount)
+	var n int
+	var cpu int64
+	if _, err := fmt.Sscanf(a, clientsCount+" %d %d", &n, &cpu); err != nil {
+		return 0, 0, fmt.Errorf("the clients process answered %q to %s: %w", a, clientsCount, err)
 	}
-	return n, nil
+	return n, time.Duration(cpu), nil
+}
+
+// processCPU is the CPU this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // stop stops the pings of clients from to to-1 and returns once they have.

@@ -379,14 +379,14 @@ func TestSlowLogWrites(t *testing.T) {
 // brought before the failover, which it causes itself, how often each
 // node's goroutines stalled, and how many reads found the lease lapsed.
 func TestScaleReport(t *testing.T) {
-	r := &scaleResult{Objects: 6_000_000, Clients: 10_000, Pings: "mooncake", FillSecs: 413, Elections: 1,
-		LeaseReads: 4_000_000, QuorumReads: 1_234, Nodes: []scaleNode{{ID: "n0", Role: "leader", RSSBytes: 3.7e9, SchedStalls: 3}}}
+	r := &scaleResult{Objects: 6_000_000, Clients: 10_000, Pings: "mooncake", FillSecs: 413, Elections: 1, FillClientsCPU: 0.61,
+		LeaseReads: 4_000_000, QuorumReads: 1_234, PingsAnswered: 5_000_000, PingsSlow: 4_321, Nodes: []scaleNode{{ID: "n0", Role: "leader", RSSBytes: 3.7e9, SchedStalls: 3}}}
 	var out bytes.Buffer
 	r.print(&out)
-	assert.Contains(t, out.String(), "(filled in 413 s, 0 failed calls; elections from the fill to the snapshots: 1)")
+	assert.Contains(t, out.String(), "(filled in 413 s, 0 failed calls, the clients' process using 0.61 cores; elections from the fill to the snapshots: 1)")
 	assert.Contains(t, out.String(), "n0   leader")
 	assert.Regexp(t, `save s +stalls\n.*n0 +leader .* 3\n`, out.String())
-	assert.Contains(t, out.String(), "reads, the pings among them: 4000000 under the read lease, 1234 after waiting for a quorum round")
+	assert.Contains(t, out.String(), "reads, the pings among them: 4000000 under the read lease, 1234 after waiting for a quorum round; Mooncake pings answered 5000000, over 1s 4321")
 	assert.Contains(t, out.String(), "0 sessions lost, 0 remounts;")
 
 	r.Remounts, r.RemountsByPhase = 130, []phaseCount{{"fill", 128}, {"idle and snapshots", 0}, {"failovers and restarts", 2}}
@@ -661,16 +661,20 @@ func TestClientsProcess(t *testing.T) {
 	require.NoError(t, err)
 	defer keepers.close()
 	assert.EqualValues(t, 8, sessions())
-	n, err := keepers.count(ctx)
+	n, cpu, err := keepers.count(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, n)
+	assert.Positive(t, cpu, "the process's CPU")
+	load, err := s.loadCounters(ctx)
+	require.NoError(t, err)
+	assert.Positive(t, slices.Max(load.pings), "the nodes time the Mooncake pings they answer")
 
 	paused := time.Now()
 	require.NoError(t, keepers.cmd.Process.Signal(syscall.SIGSTOP))
 	time.Sleep(2 * ttl)
 	require.NoError(t, keepers.cmd.Process.Signal(syscall.SIGCONT))
 	require.Eventually(t, func() bool {
-		n, err := keepers.count(ctx)
+		n, _, err := keepers.count(ctx)
 		require.NoError(t, err)
 		return n == 8
 	}, time.Minute, 100*time.Millisecond)
@@ -710,4 +714,18 @@ func TestRemountCauses(t *testing.T) {
 	assert.Equal(t, []errorCount{{"deadline exceeded", 2}, {"", 1}}, c.LastErrors)
 	assert.Equal(t, remountRec{Client: 2, At: "2026-11-30T12:00:00.000Z", SilenceSecs: 2}, c.Remounts[1])
 	assert.Equal(t, `from the client's last ping answered OK to the one answered NEED_REMOUNT 11.0 s (median; at most 12.0 s), 1 of 3 under the 10 s TTL; 9 pings failed between (median); the last failed one's error: 2 "deadline exceeded", 1 "none"`, c.text())
+}
+
+// TestCumulativeAt: the observations surely within a bound are those of
+// the largest bucket at or under it.
+func TestCumulativeAt(t *testing.T) {
+	h := &dto.Histogram{SampleCount: proto.Uint64(10), Bucket: []*dto.Bucket{
+		{UpperBound: proto.Float64(0.512), CumulativeCount: proto.Uint64(6)},
+		{UpperBound: proto.Float64(1.024), CumulativeCount: proto.Uint64(8)},
+		{UpperBound: proto.Float64(2.048), CumulativeCount: proto.Uint64(9)},
+	}}
+	for _, c := range []struct{ le, want float64 }{{0.1, 0}, {0.512, 6}, {1, 6}, {1.024, 8}, {5, 9}} {
+		assert.Equal(t, c.want, cumulativeAt(h, c.le), "le %v", c.le)
+	}
+	assert.Zero(t, cumulativeAt(nil, 1), "no histogram")
 }

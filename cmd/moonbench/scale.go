@@ -14,6 +14,7 @@ import (
 
 	"github.com/moonraft/moonraft/etcdbridge"
 	"github.com/moonraft/moonraft/internal/localcluster"
+	"github.com/moonraft/moonraft/mckeeper"
 	mc "github.com/moonraft/moonraft/mooncakeapi"
 	moonraftpb "github.com/moonraft/moonraft/transport/proto"
 	dto "github.com/prometheus/client_model/go"
@@ -137,13 +138,13 @@ func (s *scaleRun) mount(ctx context.Context) error {
 func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	r := &scaleResult{Clients: len(s.clients), Pings: s.cfg.scalePings}
 	started := time.Now()
-	remounts, err := s.keepers.count(ctx)
+	remounts, cpu0, err := s.keepers.count(ctx)
 	if err != nil {
 		return nil, err
 	}
 	// ended counts the remounts of the phase that has just ended.
 	ended := func(phase string) error {
-		now, err := s.keepers.count(ctx)
+		now, _, err := s.keepers.count(ctx)
 		if err != nil {
 			return err
 		}
@@ -156,7 +157,7 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	stalls0, lease0, quorum0, err := s.loadCounters(ctx)
+	load0, err := s.loadCounters(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +166,9 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 		return nil, err
 	}
 	r.FillSecs = time.Since(t0).Seconds()
+	if _, cpu1, err := s.keepers.count(ctx); err == nil {
+		r.FillClientsCPU = (cpu1 - cpu0).Seconds() / r.FillSecs
+	}
 	if err := s.drained(ctx); err != nil {
 		return nil, err
 	}
@@ -209,14 +213,16 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 		return nil, err
 	}
 	r.Elections = st1.Term - st0.Term
-	stalls1, lease1, quorum1, err := s.loadCounters(ctx)
+	load1, err := s.loadCounters(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for i := range r.Nodes {
-		r.Nodes[i].SchedStalls = stalls1[i] - stalls0[i]
-		r.LeaseReads += lease1[i] - lease0[i]
-		r.QuorumReads += quorum1[i] - quorum0[i]
+		r.Nodes[i].SchedStalls = load1.stalls[i] - load0.stalls[i]
+		r.LeaseReads += load1.leaseReads[i] - load0.leaseReads[i]
+		r.QuorumReads += load1.quorumReads[i] - load0.quorumReads[i]
+		r.PingsAnswered += load1.pings[i] - load0.pings[i]
+		r.PingsSlow += load1.slowPings[i] - load0.slowPings[i]
 	}
 	if err := s.failover(ctx, n, r); err != nil {
 		return nil, err
@@ -345,37 +351,55 @@ func (s *scaleRun) metrics(ctx context.Context, p *localcluster.Node) (map[strin
 	return scrapeMetrics(ctx, s.http, "http://"+p.HTTPAddr)
 }
 
-// counters reads a labelled counter on every node: name{label=value}.
-func (s *scaleRun) counters(ctx context.Context, name, label, value string) ([]float64, error) {
-	out := make([]float64, len(s.lc.procs))
+// loadCounts are each node's counters a size reports from the fill to the
+// snapshots: its stalls, the reads (pings included) served under the read
+// lease and after waiting for a quorum round, and the Mooncake clients'
+// pings it answered, and of them those it took over a second to answer,
+// a client's deadline for one.
+type loadCounts struct {
+	stalls, leaseReads, quorumReads, pings, slowPings []float64
+}
+
+func (s *scaleRun) loadCounters(ctx context.Context) (loadCounts, error) {
+	n := len(s.lc.procs)
+	c := loadCounts{make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)}
 	for i, p := range s.lc.procs {
 		m, err := s.metrics(ctx, p)
 		if err != nil {
-			return nil, err
+			return c, err
 		}
-		for _, x := range m[name].GetMetric() {
-			for _, l := range x.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					out[i] += x.GetCounter().GetValue()
-				}
+		c.stalls[i] = labelled(m, "moonraft_stalls_total", "kind", "sched", (*dto.Metric).GetCounter).GetValue()
+		c.leaseReads[i] = labelled(m, "moonraft_reads_total", "path", "lease", (*dto.Metric).GetCounter).GetValue()
+		c.quorumReads[i] = labelled(m, "moonraft_reads_total", "path", "quorum", (*dto.Metric).GetCounter).GetValue()
+		pings := labelled(m, "moonraft_mooncake_call_duration_seconds", "function", "Ping", (*dto.Metric).GetHistogram)
+		c.pings[i] = float64(pings.GetSampleCount())
+		c.slowPings[i] = c.pings[i] - cumulativeAt(pings, mckeeper.PingEvery.Seconds())
+	}
+	return c, nil
+}
+
+// labelled is value of the metric name whose label is value, nil if none.
+func labelled[T any](m map[string]*dto.MetricFamily, name, label, value string, of func(*dto.Metric) *T) *T {
+	for _, x := range m[name].GetMetric() {
+		for _, l := range x.GetLabel() {
+			if l.GetName() == label && l.GetValue() == value {
+				return of(x)
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
-// loadCounters are the counters a size reports from the fill to the
-// snapshots: each node's stalls, and the reads (pings included) served
-// under the read lease and after waiting for a quorum round.
-func (s *scaleRun) loadCounters(ctx context.Context) (stalls, leaseReads, quorumReads []float64, err error) {
-	if stalls, err = s.counters(ctx, "moonraft_stalls_total", "kind", "sched"); err != nil {
-		return
+// cumulativeAt is the observations of h at or under the largest bucket
+// bound at most le: those surely within le.
+func cumulativeAt(h *dto.Histogram, le float64) float64 {
+	n := uint64(0)
+	for _, b := range h.GetBucket() {
+		if b.GetUpperBound() <= le {
+			n = b.GetCumulativeCount()
+		}
 	}
-	if leaseReads, err = s.counters(ctx, "moonraft_reads_total", "path", "lease"); err != nil {
-		return
-	}
-	quorumReads, err = s.counters(ctx, "moonraft_reads_total", "path", "quorum")
-	return
+	return float64(n)
 }
 
 // gauge is the value of a gauge or counter (summed over its labels), or a

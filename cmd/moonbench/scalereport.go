@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/mckeeper"
 
 	"github.com/moonraft/moonraft/internal/svgplot"
 	"gonum.org/v1/plot"
@@ -53,8 +54,18 @@ type scaleResult struct {
 	// fill to the snapshots (the clients' pings among them) under the read
 	// lease and after waiting for a quorum round: the second are reads
 	// that found the lease lapsed.
-	LeaseReads         float64         `json:"lease_reads"`
-	QuorumReads        float64         `json:"quorum_reads"`
+	LeaseReads  float64 `json:"lease_reads"`
+	QuorumReads float64 `json:"quorum_reads"`
+	// PingsAnswered and PingsSlow count the Mooncake clients' pings the nodes
+	// answered from the fill to the snapshots, and those they took over
+	// a client's deadline (mckeeper.PingEvery) to answer; a ping a
+	// follower forwards counts there and at the leader.
+	PingsAnswered float64 `json:"pings_answered"`
+	PingsSlow     float64 `json:"pings_slow"`
+	// FillClientsCPU is the cores the clients' process used during the
+	// fill: CPU that clients on hosts of their own would not take from
+	// the nodes.
+	FillClientsCPU     float64         `json:"fill_clients_cpu"`
 	Nodes              []scaleNode     `json:"nodes"`
 	IdleLogBytesSec    float64         `json:"idle_raft_log_bytes_per_sec"`
 	IdleLogEntrySec    float64         `json:"idle_raft_log_entries_per_sec"`
@@ -186,8 +197,8 @@ func (r *scaleResult) remountsText() string {
 }
 
 func (r *scaleResult) print(w io.Writer) {
-	fmt.Fprintf(w, "\n%d objects, %d clients pinging over %s (filled in %.0f s, %d failed calls; elections from the fill to the snapshots: %d)\n",
-		r.Objects, r.Clients, r.Pings, r.FillSecs, r.FillFailures, r.Elections)
+	fmt.Fprintf(w, "\n%d objects, %d clients pinging over %s (filled in %.0f s, %d failed calls, the clients' process using %.2f cores; elections from the fill to the snapshots: %d)\n",
+		r.Objects, r.Clients, r.Pings, r.FillSecs, r.FillFailures, r.FillClientsCPU, r.Elections)
 	fmt.Fprintf(w, "  %-4s %-8s %10s %9s %10s %9s %10s %9s %12s %9s %7s\n", "node", "role", "RSS MB", "B/object", "heap MB", "B/object", "live MB", "B/object", "snapshot MB", "save s", "stalls")
 	for _, n := range r.Nodes {
 		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f %7.0f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
@@ -198,7 +209,8 @@ func (r *scaleResult) print(w io.Writer) {
 		spent = append(spent, fmt.Sprintf("%s %.2f s and %.2f s", n.ID, n.SnapshotCPUSecs, n.SnapshotSyncSecs))
 	}
 	fmt.Fprintf(w, "  of the last snapshot's time, the writer's CPU and the file's syncs (the rest it waited for a CPU): %s\n", strings.Join(spent, "; "))
-	fmt.Fprintf(w, "  reads, the pings among them: %.0f under the read lease, %.0f after waiting for a quorum round\n", r.LeaseReads, r.QuorumReads)
+	fmt.Fprintf(w, "  reads, the pings among them: %.0f under the read lease, %.0f after waiting for a quorum round; Mooncake pings answered %.0f, over %s %.0f\n",
+		r.LeaseReads, r.QuorumReads, r.PingsAnswered, mckeeper.PingEvery, r.PingsSlow)
 	fmt.Fprintf(w, "  write p99 %.1f ms outside snapshots, %.1f ms during one (%d writes); writes paced by the export %.0f/s outside, %.0f/s during\n",
 		r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap, r.PacedSec, r.PacedSnapSec)
 	fmt.Fprintf(w, "  idle: Raft log %.0f B/s (%.1f entries/s), leader CPU %.2f cores, etcd %.1f txns/s %.0f B/s\n",

@@ -38,6 +38,8 @@ type Node interface {
 	ServerTLS() *tls.Config
 	// ObserveRPC records an answered gRPC call in the node's metrics.
 	ObserveRPC(method, code string, d time.Duration)
+	// ObserveMooncake records an answered Mooncake-protocol call.
+	ObserveMooncake(function string, d time.Duration)
 	// MetricsHandler serves the node's Prometheus metrics.
 	MetricsHandler() http.Handler
 }
@@ -110,7 +112,9 @@ func (s *Listeners) open(n Node, cfg Config) error {
 		s.stopMooncake = cancel
 		front := mooncakeapi.NewFront(n, n, cfg.Logger, cfg.LeaseTTLMs)
 		s.mooncake = front
-		srv := &cororpc.Server{Handler: front, Logger: cfg.Logger, Loops: cfg.MooncakeLoops}
+		srv := &cororpc.Server{Handler: front, Logger: cfg.Logger, Loops: cfg.MooncakeLoops, Observe: func(id uint32, d time.Duration) {
+			n.ObserveMooncake(mooncakeapi.FunctionName(id), d)
+		}}
 		s.wg.Go(func() {
 			defer front.Close()
 			if err := srv.Serve(ctx, l); err != nil {
