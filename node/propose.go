@@ -308,23 +308,28 @@ func (n *Node) renew(g fsm.Grant) {
 }
 
 // Ping records a client's liveness for the next Tick and reports whether
-// the client must remount (it has no session). Unlike other calls it does
-// not wait out an election: sessions outlive one (Promote extends them
-// all), the client pings again within a second, and at 10,000 clients the
-// pings held until a promotion, then let go together, kept the new
-// leader's first writes waiting for the CPU for 0.1–0.4 s.
-func (n *Node) Ping(ctx context.Context, clientID string) (needRemount bool, err error) {
+// the client must remount (it has no session). It is answered from this
+// node's own sessions, without proving that it still leads: no read
+// lease, no quorum round. A ping counts only once a Tick carries it through
+// the log, which a deposed leader cannot append to, and a new leader gives
+// every session a full TTL at its promotion; so a deposed leader's answers,
+// until it steps down within its leader lease, cost a client nothing. A
+// ping that waited for a round, once the read lease had lapsed under load,
+// missed its client's one-second deadline: at three million objects and
+// 10,000 clients the pings failed for tens of seconds at a time, hundreds
+// of sessions expired and were remounted, and pings released together
+// starved the leader's Raft goroutines (docs/RELIABILITY.md, finding 27).
+// A promoted leader has applied every entry before its Promote, so its
+// sessions hold every mount it could be asked about.
+func (n *Node) Ping(_ context.Context, clientID string) (needRemount bool, err error) {
 	if !n.IsLeader() {
 		return false, n.notLeader()
 	}
-	err = n.linearizable(ctx, func() error {
-		needRemount = !n.sm.hasSession(clientID)
-		if !needRemount {
-			n.batcher.Ping(clientID, n.now())
-		}
-		return nil
-	})
-	return needRemount, err
+	if !n.sm.hasSession(clientID) {
+		return true, nil
+	}
+	n.batcher.Ping(clientID, n.now())
+	return false, nil
 }
 
 // timeoutOf is the time left until ctx's deadline, or fallback without one.

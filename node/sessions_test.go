@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/fsm"
+	"github.com/moonraft/moonraft/service"
 	"github.com/moonraft/moonraft/snapshots"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,9 +25,6 @@ func TestPingsReadSessionsWithoutTheLock(t *testing.T) {
 	c := newCluster(t, 1, time.Hour)
 	nd := c.nodes[c.leader()]
 	mountSegments(t, nd)
-	// A fresh read lease, so neither ping waits for a quorum round (which
-	// needs an apply).
-	require.NoError(t, nd.confirmLeader(ctx(t)))
 
 	type answer struct {
 		remount bool
@@ -53,6 +52,32 @@ func TestPingsReadSessionsWithoutTheLock(t *testing.T) {
 	require.Len(t, got, 2, "the pings waited for the state's lock")
 	assert.Equal(t, answer{false, nil}, got[0], "c1 has a session")
 	assert.Equal(t, answer{true, nil}, got[1], "c9 has none: remount")
+}
+
+// TestPingsNeverWaitForARound: a ping is answered from the leader's own
+// sessions with no quorum round, even where every read takes one
+// (--read-mode quorum): under service.NoWait it is answered, not given up,
+// and the next tick carries it.
+func TestPingsNeverWaitForARound(t *testing.T) {
+	c := newCluster(t, 3, time.Hour, func(cfg *Config) { cfg.ReadMode = ReadQuorum })
+	nd := c.nodes[c.leader()]
+	mountSegments(t, nd)
+	_, _, err := nd.GetReplicaList(service.NoWait(ctx(t)), "k")
+	require.ErrorIs(t, err, errWouldWait, "a read waits for a round")
+
+	remount, err := nd.Ping(service.NoWait(ctx(t)), "c1")
+	require.NoError(t, err)
+	assert.False(t, remount, "c1 has a session")
+	remount, err = nd.Ping(service.NoWait(ctx(t)), "c9")
+	require.NoError(t, err)
+	assert.True(t, remount, "c9 has none: remount")
+	_, pings := nd.batcher.Drain()
+	require.Len(t, pings, 1)
+	assert.Equal(t, "c1", pings[0].ClientID, "the ping waits for the next tick")
+
+	follower := c.nodes[(c.leader()+1)%3]
+	_, err = follower.Ping(ctx(t), "c1")
+	assert.Contains(t, []errcode.Code{errcode.NotLeader, errcode.UnavailableInCurrentStatus}, errcode.Of(err), "a follower does not answer")
 }
 
 // TestRestoreReplacesTheSessionSet: after a Restore the set pings read is
