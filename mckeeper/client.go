@@ -4,16 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/moonraft/moonraft/cororpc"
 	"github.com/moonraft/moonraft/errcode"
 	mc "github.com/moonraft/moonraft/mooncakeapi"
 	"github.com/moonraft/moonraft/structpack"
 )
-
-// dialTimeout bounds a connection's dial.
-const dialTimeout = time.Second
 
 // Resolver returns the master's Mooncake-protocol address (host:port).
 type Resolver func(ctx context.Context) (string, error)
@@ -115,7 +111,7 @@ func (c *Client) dial(ctx context.Context, lookUp bool) error {
 		}
 		c.addr = addr
 	}
-	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	dctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	conn, err := cororpc.Dial(dctx, c.addr, 0)
 	if err != nil {

@@ -1,10 +1,11 @@
 // Package mckeeper keeps a Mooncake client's segments mounted and its
 // session alive over the Mooncake master protocol, as Mooncake's own client
 // does (client_service.cpp, Client::StorageHeartbeatThreadMain, Mooncake
-// 3b5a594): a ping every second on the client's own connection; after three
-// failed pings in a row, the master's address looked up anew (an HA client
-// reads master_view in etcd) and a new connection; NEED_REMOUNT answered
-// with a remount of every segment. moonbench's scale harness runs thousands
+// 3b5a594): a ping a second after the last one's answer, on the client's
+// own connection, each call waiting up to coro_rpc's default 30 s for its
+// answer; after three failed pings in a row, the master's address looked
+// up anew (an HA client reads master_view in etcd) and a new connection;
+// NEED_REMOUNT answered with a remount of every segment. moonbench's scale harness runs thousands
 // of them, as a cluster serving Mooncake's clients has, and writes through
 // Clients of its own, as master_bench does.
 package mckeeper
@@ -21,9 +22,14 @@ import (
 
 const (
 	// PingEvery is the wait after a ping, answered or not (Mooncake's
-	// success_ping_interval_ms and fail_ping_interval_ms), and the longest
-	// a call waits for its answer.
+	// success_ping_interval_ms and fail_ping_interval_ms).
 	PingEvery = time.Second
+	// CallTimeout is the longest a call waits for its answer, and a dial
+	// for its connection: coro_rpc's defaults (request_timeout_duration,
+	// connect_timeout_duration), which Mooncake's master client keeps
+	// unless MC_RPC_TIMEOUT_MS or MC_RPC_CONNECT_TIMEOUT_MS is set
+	// (master_client.h, ApplyRpcTimeoutEnvOverrides).
+	CallTimeout = 30 * time.Second
 	// maxPingFails failed pings in a row send the client to look the
 	// master up again (max_ping_fail_count).
 	maxPingFails = 3
@@ -157,7 +163,7 @@ func (k *Keeper) run(ctx context.Context, onRemount func(Remount)) {
 // ping pings, and remounts if the master says so; remounted reports a
 // remount that succeeded, pinged when the ping's answer was read.
 func (k *Keeper) ping(ctx context.Context) (remounted bool, pinged time.Time, err error) {
-	pctx, cancel := context.WithTimeout(ctx, PingEvery)
+	pctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	p, err := CallExpected[mc.PingResponse](pctx, k.c, "Ping", k.id)
 	pinged = time.Now()
@@ -171,10 +177,9 @@ func (k *Keeper) ping(ctx context.Context) (remounted bool, pinged time.Time, er
 	return true, pinged, nil
 }
 
-// call calls a function answering Expected<void>, waiting for its answer
-// as long as for a ping.
+// call calls a function answering Expected<void>.
 func (k *Keeper) call(ctx context.Context, name string, args any) error {
-	ctx, cancel := context.WithTimeout(ctx, PingEvery)
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	_, err := CallExpected[mc.Void](ctx, k.c, name, args)
 	return err

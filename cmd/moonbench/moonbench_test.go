@@ -386,7 +386,7 @@ func TestScaleReport(t *testing.T) {
 	assert.Contains(t, out.String(), "(filled in 413 s, 0 failed calls, the clients' process using 0.61 cores; elections from the fill to the snapshots: 1)")
 	assert.Contains(t, out.String(), "n0   leader")
 	assert.Regexp(t, `save s +stalls\n.*n0 +leader .* 3\n`, out.String())
-	assert.Contains(t, out.String(), "reads, the pings among them: 4000000 under the read lease, 1234 after waiting for a quorum round; Mooncake pings answered 5000000, over 1s 4321")
+	assert.Contains(t, out.String(), "reads: 4000000 under the read lease, 1234 after waiting for a quorum round; Mooncake pings answered 5000000, over 1s 4321")
 	assert.Contains(t, out.String(), "0 sessions lost, 0 remounts;")
 
 	r.Remounts, r.RemountsByPhase = 130, []phaseCount{{"fill", 128}, {"idle and snapshots", 0}, {"failovers and restarts", 2}}

@@ -352,10 +352,10 @@ func (s *scaleRun) metrics(ctx context.Context, p *localcluster.Node) (map[strin
 }
 
 // loadCounts are each node's counters a size reports from the fill to the
-// snapshots: its stalls, the reads (pings included) served under the read
-// lease and after waiting for a quorum round, and the Mooncake clients'
-// pings it answered, and of them those it took over a second to answer,
-// a client's deadline for one.
+// snapshots: its stalls, the reads served under the read lease and after
+// waiting for a quorum round, and the Mooncake clients' pings it answered,
+// and of them those it took over the clients' interval between pings to
+// answer.
 type loadCounts struct {
 	stalls, leaseReads, quorumReads, pings, slowPings []float64
 }

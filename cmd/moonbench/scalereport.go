@@ -51,15 +51,14 @@ type scaleResult struct {
 	// lease under the load (docs/RELIABILITY.md, finding 27).
 	Elections uint64 `json:"elections"`
 	// LeaseReads and QuorumReads count the reads the nodes served from the
-	// fill to the snapshots (the clients' pings among them) under the read
-	// lease and after waiting for a quorum round: the second are reads
-	// that found the lease lapsed.
+	// fill to the snapshots under the read lease and after waiting for a
+	// quorum round: the second are reads that found the lease lapsed.
 	LeaseReads  float64 `json:"lease_reads"`
 	QuorumReads float64 `json:"quorum_reads"`
 	// PingsAnswered and PingsSlow count the Mooncake clients' pings the nodes
 	// answered from the fill to the snapshots, and those they took over
-	// a client's deadline (mckeeper.PingEvery) to answer; a ping a
-	// follower forwards counts there and at the leader.
+	// the clients' interval between pings (mckeeper.PingEvery) to answer;
+	// a ping a follower forwards counts there and at the leader.
 	PingsAnswered float64 `json:"pings_answered"`
 	PingsSlow     float64 `json:"pings_slow"`
 	// FillClientsCPU is the cores the clients' process used during the
@@ -209,7 +208,7 @@ func (r *scaleResult) print(w io.Writer) {
 		spent = append(spent, fmt.Sprintf("%s %.2f s and %.2f s", n.ID, n.SnapshotCPUSecs, n.SnapshotSyncSecs))
 	}
 	fmt.Fprintf(w, "  of the last snapshot's time, the writer's CPU and the file's syncs (the rest it waited for a CPU): %s\n", strings.Join(spent, "; "))
-	fmt.Fprintf(w, "  reads, the pings among them: %.0f under the read lease, %.0f after waiting for a quorum round; Mooncake pings answered %.0f, over %s %.0f\n",
+	fmt.Fprintf(w, "  reads: %.0f under the read lease, %.0f after waiting for a quorum round; Mooncake pings answered %.0f, over %s %.0f\n",
 		r.LeaseReads, r.QuorumReads, r.PingsAnswered, mckeeper.PingEvery, r.PingsSlow)
 	fmt.Fprintf(w, "  write p99 %.1f ms outside snapshots, %.1f ms during one (%d writes); writes paced by the export %.0f/s outside, %.0f/s during\n",
 		r.WriteP99Ms, r.WriteP99SnapMs, r.WritesInSnap, r.PacedSec, r.PacedSnapSec)
