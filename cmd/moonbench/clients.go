@@ -255,19 +255,9 @@ type remountEvent struct {
 // clients each with a segment of size bytes, and returns once every
 // client is mounted and pinging.
 func (s *scaleRun) startClients(ctx context.Context, size uint64) (*clientsProc, error) {
-	cmd := exec.Command(s.cfg.benchBin, cmdClients, "--n", strconv.Itoa(s.cfg.scaleClients), "--size", strconv.FormatUint(size, 10),
+	cmd, stdin, stdout, err := startPiped(s.cfg.benchBin, cmdClients, "--n", strconv.Itoa(s.cfg.scaleClients), "--size", strconv.FormatUint(size, 10),
 		"--pings", s.cfg.scalePings, "--endpoints", strings.Join(s.lc.endpoints(), ","), "--etcd", strings.Join(s.lc.etcdP.endpoints(), ","))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	p := &clientsProc{cmd: cmd, stdin: stdin, answers: make(chan string, 4), done: make(chan struct{})}

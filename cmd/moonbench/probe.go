@@ -132,19 +132,9 @@ func parseProbeLine(line string) (probeObs, error) {
 
 // startProbe starts a probe process and returns once its client is made.
 func (s *scaleRun) startProbe(ctx context.Context, name string) (*probe, error) {
-	cmd := exec.Command(s.cfg.benchBin, cmdProbe, "--endpoints", strings.Join(s.lc.endpoints(), ","), "--name", name,
+	cmd, stdin, stdout, err := startPiped(s.cfg.benchBin, cmdProbe, "--endpoints", strings.Join(s.lc.endpoints(), ","), "--name", name,
 		"--owner", s.clients[0].id)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	p := &probe{stop: func() { stdin.Close() }, done: make(chan struct{})}
@@ -245,4 +235,24 @@ func (p *probe) finish() []probeObs {
 	p.stop()
 	<-p.done
 	return p.obs
+}
+
+// startPiped starts this binary's child process args, which dies with
+// moonbench, its stderr moonbench's, and returns its stdin and stdout.
+func startPiped(bin string, args ...string) (*exec.Cmd, io.WriteCloser, io.ReadCloser, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, err
+	}
+	return cmd, stdin, stdout, nil
 }
