@@ -61,6 +61,9 @@ type Remount struct {
 	// been since Start. Under the session TTL, the master forgot a client
 	// that was pinging.
 	Silence time.Duration
+	// Took is how long the ping answered NEED_REMOUNT waited for its
+	// answer: a long wait means it was held on its way or at the master.
+	Took    time.Duration
 	Failed  int    // pings failed since the last answered OK
 	LastErr string // the last failed ping's error, "" if none
 }
@@ -143,7 +146,7 @@ func (k *Keeper) run(ctx context.Context, onRemount func(Remount)) {
 		k.lastErr = err
 		k.mu.Unlock()
 		if remounted && onRemount != nil {
-			onRemount(Remount{At: pinged, Silence: quiet.longest(pinged), Failed: failed, LastErr: lastErr})
+			onRemount(Remount{At: pinged, Silence: quiet.longest(pinged), Took: pinged.Sub(sent), Failed: failed, LastErr: lastErr})
 		}
 		if err == nil {
 			fails, failed, lastErr = 0, 0, ""

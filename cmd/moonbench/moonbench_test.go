@@ -629,14 +629,14 @@ func TestProbeProcess(t *testing.T) {
 }
 
 func TestRemountLine(t *testing.T) {
-	r := mckeeper.Remount{At: time.Unix(1000, 123456789), Silence: 12 * time.Second, Failed: 3, LastErr: "Ping to 127.0.0.1:1: \"deadline\"\nexceeded"}
+	r := mckeeper.Remount{At: time.Unix(1000, 123456789), Silence: 12 * time.Second, Took: 1500 * time.Millisecond, Failed: 3, LastErr: "Ping to 127.0.0.1:1: \"deadline\"\nexceeded"}
 	i, got, err := parseRemountLine(remountLine(42, r))
 	require.NoError(t, err)
 	assert.Equal(t, 42, i)
 	assert.True(t, r.At.Equal(got.At))
 	r.At = got.At
 	assert.Equal(t, r, got)
-	for _, bad := range []string{"", "remount", "remount 1 2 3 4", "count 1 2 3 4 \"\"", "remount x 2 3 4 \"\"", "remount 1 2 3 4 unquoted"} {
+	for _, bad := range []string{"", "remount", "remount 1 2 3 4 5", "count 1 2 3 4 5 \"\"", "remount x 2 3 4 5 \"\"", "remount 1 2 3 4 y \"\"", "remount 1 2 3 4 5 unquoted"} {
 		_, _, err := parseRemountLine(bad)
 		assert.Error(t, err, bad)
 	}
@@ -684,6 +684,7 @@ func TestClientsProcess(t *testing.T) {
 		assert.GreaterOrEqual(t, r.Silence, 2*ttl, "client %d", r.client)
 		assert.Less(t, r.Silence, 4*ttl, "client %d", r.client)
 		assert.LessOrEqual(t, r.Failed, 1, "client %d: a ping sent before the pause may time out after it", r.client)
+		assert.Less(t, r.Took, ttl, "client %d: the ping after the pause is answered at once", r.client)
 	}
 	assert.EqualValues(t, 8, sessions())
 
@@ -702,9 +703,9 @@ func TestRemountCauses(t *testing.T) {
 	assert.Nil(t, remountCauses(nil))
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	c := remountCauses([]remountEvent{
-		{1, mckeeper.Remount{At: at, Silence: 12 * time.Second, Failed: 10, LastErr: "deadline exceeded"}},
-		{2, mckeeper.Remount{At: at, Silence: 2 * time.Second}},
-		{3, mckeeper.Remount{At: at, Silence: 11 * time.Second, Failed: 9, LastErr: "deadline exceeded"}},
+		{1, mckeeper.Remount{At: at, Silence: 12 * time.Second, Took: 100 * time.Millisecond, Failed: 10, LastErr: "deadline exceeded"}},
+		{2, mckeeper.Remount{At: at, Silence: 2 * time.Second, Took: 9 * time.Second}},
+		{3, mckeeper.Remount{At: at, Silence: 11 * time.Second, Took: 200 * time.Millisecond, Failed: 9, LastErr: "deadline exceeded"}},
 	})
 	require.NotNil(t, c)
 	assert.Equal(t, 11.0, c.SilenceMedianSecs)
@@ -712,8 +713,8 @@ func TestRemountCauses(t *testing.T) {
 	assert.Equal(t, 1, c.UnderTTL)
 	assert.Equal(t, 9.0, c.FailedMedian)
 	assert.Equal(t, []errorCount{{"deadline exceeded", 2}, {"", 1}}, c.LastErrors)
-	assert.Equal(t, remountRec{Client: 2, At: "2026-11-30T12:00:00.000Z", SilenceSecs: 2}, c.Remounts[1])
-	assert.Equal(t, `from the client's last ping answered OK to the one answered NEED_REMOUNT 11.0 s (median; at most 12.0 s), 1 of 3 under the 10 s TTL; 9 pings failed between (median); the last failed one's error: 2 "deadline exceeded", 1 "none"`, c.text())
+	assert.Equal(t, remountRec{Client: 2, At: "2026-11-30T12:00:00.000Z", SilenceSecs: 2, TookSecs: 9}, c.Remounts[1])
+	assert.Equal(t, `the client's longest silence in the 30 s before (from sending a ping answered OK to the next answer OK or NEED_REMOUNT) 11.0 s (median; at most 12.0 s), 1 of 3 under the 10 s TTL; the NEED_REMOUNT ping answered in 0.2 s (median; at most 9.0 s); 9 pings failed since the last OK (median); the last failed one's error: 2 "deadline exceeded", 1 "none"`, c.text())
 }
 
 // TestCumulativeAt: the observations surely within a bound are those of

@@ -121,6 +121,8 @@ type scaleReport struct {
 type remountCausesT struct {
 	SilenceMedianSecs float64      `json:"silence_median_secs"`
 	SilenceMaxSecs    float64      `json:"silence_max_secs"`
+	TookMedianSecs    float64      `json:"took_median_secs"`
+	TookMaxSecs       float64      `json:"took_max_secs"`
 	UnderTTL          int          `json:"under_ttl"` // of the default session TTL
 	FailedMedian      float64      `json:"failed_median"`
 	LastErrors        []errorCount `json:"last_errors"` // the commonest first
@@ -136,6 +138,7 @@ type remountRec struct {
 	Client      int     `json:"client"`
 	At          string  `json:"at"` // RFC 3339, ms
 	SilenceSecs float64 `json:"silence_secs"`
+	TookSecs    float64 `json:"took_secs"` // the NEED_REMOUNT ping's wait for its answer
 	Failed      int     `json:"failed"`
 	LastErr     string  `json:"last_err,omitempty"`
 }
@@ -148,18 +151,20 @@ func remountCauses(rs []remountEvent) *remountCausesT {
 	ttl := time.Duration(fsm.DefaultParams().ClientTTLMs) * time.Millisecond
 	c := &remountCausesT{}
 	silences := make([]float64, len(rs))
+	took := make([]float64, len(rs))
 	failed := make([]float64, len(rs))
 	errs := map[string]int{}
 	for i, r := range rs {
-		silences[i], failed[i] = r.Silence.Seconds(), float64(r.Failed)
+		silences[i], took[i], failed[i] = r.Silence.Seconds(), r.Took.Seconds(), float64(r.Failed)
 		if r.Silence < ttl {
 			c.UnderTTL++
 		}
 		errs[r.LastErr]++
 		c.Remounts = append(c.Remounts, remountRec{Client: r.client, At: r.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
-			SilenceSecs: r.Silence.Seconds(), Failed: r.Failed, LastErr: r.LastErr})
+			SilenceSecs: r.Silence.Seconds(), TookSecs: r.Took.Seconds(), Failed: r.Failed, LastErr: r.LastErr})
 	}
 	c.SilenceMedianSecs, c.SilenceMaxSecs, c.FailedMedian = median(silences), slices.Max(silences), median(failed)
+	c.TookMedianSecs, c.TookMaxSecs = median(took), slices.Max(took)
 	for e, n := range errs {
 		c.LastErrors = append(c.LastErrors, errorCount{e, n})
 	}
@@ -177,8 +182,9 @@ func (c *remountCausesT) text() string {
 		}
 		errs = append(errs, fmt.Sprintf("%d %q", e.N, msg))
 	}
-	return fmt.Sprintf("from the client's last ping answered OK to the one answered NEED_REMOUNT %.1f s (median; at most %.1f s), %d of %d under the %.0f s TTL; %.0f pings failed between (median); the last failed one's error: %s",
-		c.SilenceMedianSecs, c.SilenceMaxSecs, c.UnderTTL, len(c.Remounts), float64(fsm.DefaultParams().ClientTTLMs)/1000, c.FailedMedian, strings.Join(errs, ", "))
+	return fmt.Sprintf("the client's longest silence in the 30 s before (from sending a ping answered OK to the next answer OK or NEED_REMOUNT) %.1f s (median; at most %.1f s), %d of %d under the %.0f s TTL; the NEED_REMOUNT ping answered in %.1f s (median; at most %.1f s); %.0f pings failed since the last OK (median); the last failed one's error: %s",
+		c.SilenceMedianSecs, c.SilenceMaxSecs, c.UnderTTL, len(c.Remounts), float64(fsm.DefaultParams().ClientTTLMs)/1000, c.TookMedianSecs, c.TookMaxSecs,
+		c.FailedMedian, strings.Join(errs, ", "))
 }
 
 // remountsText is the size's remounts, by phase if there were any.
