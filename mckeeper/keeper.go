@@ -5,9 +5,12 @@
 // own connection, each call waiting up to coro_rpc's default 30 s for its
 // answer; after three failed pings in a row, the master's address looked
 // up anew (an HA client reads master_view in etcd) and a new connection;
-// NEED_REMOUNT answered with a remount of every segment. moonbench's scale harness runs thousands
-// of them, as a cluster serving Mooncake's clients has, and writes through
-// Clients of its own, as master_bench does.
+// NEED_REMOUNT answered with a remount of every segment, which reports what
+// the pings saw before it (Remount). Its LeaderMonitorThread, which watches
+// master_view and switches master at once, is not modelled. moonbench's
+// scale harness runs thousands of them, as a cluster serving Mooncake's
+// clients has, and writes through Clients of its own, as master_bench
+// does.
 package mckeeper
 
 import (

@@ -314,13 +314,12 @@ func (n *Node) renew(g fsm.Grant) {
 // the log, which a deposed leader cannot append to, and a new leader gives
 // every session a full TTL at its promotion; so a deposed leader's answers,
 // until it steps down within its leader lease, cost a client nothing. A
-// ping that waited for a round, once the read lease had lapsed under load,
-// missed its client's one-second deadline: at three million objects and
-// 10,000 clients the pings failed for tens of seconds at a time, hundreds
-// of sessions expired and were remounted, and pings released together
-// starved the leader's Raft goroutines (docs/RELIABILITY.md, finding 27).
-// A promoted leader has applied every entry before its Promote, so its
-// sessions hold every mount it could be asked about.
+// promoted leader has applied every entry before its Promote, so its
+// sessions hold every mount it could be asked about. Pings that waited for
+// a round, once the read lease had lapsed under load, took seconds: at
+// three million objects and 10,000 clients hundreds of sessions expired
+// and were remounted, and pings released together starved the leader's
+// Raft goroutines (docs/RELIABILITY.md, findings 27 and 32).
 func (n *Node) Ping(_ context.Context, clientID string) (needRemount bool, err error) {
 	if !n.IsLeader() {
 		return false, n.notLeader()

@@ -69,6 +69,8 @@ func TestMooncakeKeepersFollowTheLeader(t *testing.T) {
 	r := <-remounts
 	assert.True(t, r.At.After(restarted), "the remount's time")
 	assert.Zero(t, r.Silence, "no ping answered OK since the restart")
+	assert.Positive(t, r.Took, "the NEED_REMOUNT ping's wait for its answer")
+	assert.Less(t, r.Took, ttl)
 	assert.Zero(t, r.Failed)
 	assert.Empty(t, remounts, "one remount")
 }
