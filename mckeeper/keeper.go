@@ -64,6 +64,9 @@ type Remount struct {
 	// been since Start. Under the session TTL, the master forgot a client
 	// that was pinging.
 	Silence time.Duration
+	// SinceOK is from the sending of the last ping answered OK to At: under
+	// Silence, the longest silence ended before the last ping answered OK.
+	SinceOK time.Duration
 	// Took is how long the ping answered NEED_REMOUNT waited for its
 	// answer: a long wait means it was held on its way or at the master.
 	Took    time.Duration
@@ -149,7 +152,8 @@ func (k *Keeper) run(ctx context.Context, onRemount func(Remount)) {
 		k.lastErr = err
 		k.mu.Unlock()
 		if remounted && onRemount != nil {
-			onRemount(Remount{At: pinged, Silence: quiet.longest(pinged), Took: pinged.Sub(sent), Failed: failed, LastErr: lastErr})
+			onRemount(Remount{At: pinged, Silence: quiet.longest(pinged), SinceOK: quiet.since(pinged), Took: pinged.Sub(sent),
+				Failed: failed, LastErr: lastErr})
 		}
 		if err == nil {
 			fails, failed, lastErr = 0, 0, ""
@@ -221,13 +225,22 @@ func (s *silences) ok(t time.Time) {
 	s.long = slices.DeleteFunc(s.long, func(g gap) bool { return t.Sub(g.end) > silenceWindow })
 }
 
+// since is the time from the sending of the last ping answered OK to t; 0
+// if none has been.
+func (s *silences) since(t time.Time) time.Duration {
+	if s.answered.IsZero() {
+		return 0
+	}
+	return t.Sub(s.answered)
+}
+
 // longest is the longest gap in the silenceWindow before t, the one
 // running at t included; 0 if no ping has been answered OK.
 func (s *silences) longest(t time.Time) time.Duration {
 	if s.answered.IsZero() {
 		return 0
 	}
-	d := t.Sub(s.answered)
+	d := s.since(t)
 	for _, g := range s.long {
 		if t.Sub(g.end) <= silenceWindow {
 			d = max(d, g.d)

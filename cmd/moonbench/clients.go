@@ -207,20 +207,20 @@ func (l *lineWriter) line(s string) {
 }
 
 // remountLine is client i's remount as the clients process prints it:
-// "remount I AT SILENCE TOOK FAILED ERR", AT in Unix nanoseconds, SILENCE
-// and TOOK in nanoseconds, ERR quoted.
+// "remount I AT SILENCE SINCEOK TOOK FAILED ERR", AT in Unix nanoseconds,
+// SILENCE, SINCEOK and TOOK in nanoseconds, ERR quoted.
 func remountLine(i int, r mckeeper.Remount) string {
-	return fmt.Sprintf("%s %d %d %d %d %d %s", clientsRemount, i, r.At.UnixNano(), r.Silence.Nanoseconds(), r.Took.Nanoseconds(), r.Failed,
-		strconv.Quote(r.LastErr))
+	return fmt.Sprintf("%s %d %d %d %d %d %d %s", clientsRemount, i, r.At.UnixNano(), r.Silence.Nanoseconds(), r.SinceOK.Nanoseconds(),
+		r.Took.Nanoseconds(), r.Failed, strconv.Quote(r.LastErr))
 }
 
 // parseRemountLine reads a remountLine.
 func parseRemountLine(line string) (int, mckeeper.Remount, error) {
-	f := strings.SplitN(line, " ", 7)
-	if len(f) != 7 || f[0] != clientsRemount {
-		return 0, mckeeper.Remount{}, fmt.Errorf("remount line %q: want %s, a client, a time, a silence, a wait, a count and an error", line, clientsRemount)
+	f := strings.SplitN(line, " ", 8)
+	if len(f) != 8 || f[0] != clientsRemount {
+		return 0, mckeeper.Remount{}, fmt.Errorf("remount line %q: want %s, a client, a time, two silences, a wait, a count and an error", line, clientsRemount)
 	}
-	var nums [5]int64
+	var nums [6]int64
 	for j := range nums {
 		v, err := strconv.ParseInt(f[j+1], 10, 64)
 		if err != nil {
@@ -228,12 +228,12 @@ func parseRemountLine(line string) (int, mckeeper.Remount, error) {
 		}
 		nums[j] = v
 	}
-	msg, err := strconv.Unquote(f[6])
+	msg, err := strconv.Unquote(f[7])
 	if err != nil {
 		return 0, mckeeper.Remount{}, fmt.Errorf("remount line %q: error: %w", line, err)
 	}
-	return int(nums[0]), mckeeper.Remount{At: time.Unix(0, nums[1]), Silence: time.Duration(nums[2]), Took: time.Duration(nums[3]),
-		Failed: int(nums[4]), LastErr: msg}, nil
+	return int(nums[0]), mckeeper.Remount{At: time.Unix(0, nums[1]), Silence: time.Duration(nums[2]), SinceOK: time.Duration(nums[3]),
+		Took: time.Duration(nums[4]), Failed: int(nums[5]), LastErr: msg}, nil
 }
 
 // clientsProc is the harness's end of a clients process.

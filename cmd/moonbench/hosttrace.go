@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -162,4 +163,32 @@ func readHost(schedstats []string) (hostSample, error) {
 		s.squeezed += n
 	}
 	return s, nil
+}
+
+// listenOverflows is how many connections the host's listen queues have
+// turned away so far, full (TcpExt ListenOverflows): a client whose
+// connection was turned away sends its SYN again 1, 3, 7 and 15 s later,
+// waiting all that while for an answer to the ping it wrote.
+func listenOverflows() (uint64, error) {
+	b, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		return 0, err
+	}
+	// Pairs of lines: "TcpExt: Name ..." then "TcpExt: value ...".
+	var names []string
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "TcpExt:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		if i := slices.Index(names, "ListenOverflows"); i > 0 && i < len(f) {
+			return strconv.ParseUint(f[i], 10, 64)
+		}
+		break
+	}
+	return 0, fmt.Errorf("/proc/net/netstat: no TcpExt ListenOverflows")
 }

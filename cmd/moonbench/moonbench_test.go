@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -393,7 +394,7 @@ func TestScaleReport(t *testing.T) {
 	r.FailoverMs, r.FailoverMaxMs, r.Kills = 500, 1070, []killResult{{FailoverMs: 1070,
 		Followers:   []followerTrace{{ID: "n0", LogAppends: 12, SlowestAppendMs: 512, LastContactMs: 480}},
 		Host:        hostWindow{Ms: 600, SystemMs: 700, KsoftirqdWaitMs: 410, SoftirqMs: 90, StealMs: 3, Squeezed: 7},
-		RestartSecs: 9.7, Restore: restoreTime{5.76, 0.8}}, {FailoverMs: 500}}
+		RestartSecs: 9.7, Restore: restoreTime{5.76, 0.8}, ListenOverflows: 37}, {FailoverMs: 500, ListenOverflows: -1}}
 	r.JoinRestore = restoreTime{4.04, 0.83}
 	out.Reset()
 	r.print(&out)
@@ -402,7 +403,8 @@ func TestScaleReport(t *testing.T) {
 	assert.Regexp(t, `kill 1: the next write answered at 1070 ms.*\n    n0 last heard from the leader at 480 ms; .* 12 log writes, the slowest within 512 ms`, out.String())
 	assert.Contains(t, out.String(), "the old leader caught up 9.7 s after its restart (its snapshot restored in 5.8 s, using 0.80 s of CPU)")
 	assert.Contains(t, out.String(), "the joining node: its snapshot restored in 4.0 s, using 0.83 s of CPU")
-	assert.Contains(t, out.String(), "kill 2: the next write answered at 500 ms, a promoted leader seen at 0 ms; the old leader caught up 0.0 s after its restart (no snapshot restored)")
+	assert.Contains(t, out.String(), "kill 2: the next write answered at 500 ms, a promoted leader seen at 0 ms; the old leader caught up 0.0 s after its restart (no snapshot restored); the host's listen queue overflows unread")
+	assert.Contains(t, out.String(), "(its snapshot restored in 5.8 s, using 0.80 s of CPU); 37 connections turned away by a full listen queue from the kill to the count of sessions")
 	assert.Contains(t, out.String(), "host from the kill to the promotion (600 ms): the kernel took 700 ms of CPU, softirqs 90 ms, the hypervisor 3 ms; ksoftirqd waited 410 ms for a CPU; 7 softirqs out of budget")
 }
 
@@ -512,6 +514,34 @@ func TestReadHost(t *testing.T) {
 	assert.GreaterOrEqual(t, last.squeezed, first.squeezed)
 	_, err := readHost([]string{"/proc/nonexistent/schedstat"})
 	assert.Error(t, err, "a ksoftirqd thread that is gone")
+}
+
+// TestListenOverflows: a listener whose queue is full turns connections
+// away, and the host's count of them grows.
+func TestListenOverflows(t *testing.T) {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer syscall.Close(fd)
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	require.NoError(t, syscall.Listen(fd, 1)) // never accepted from
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+
+	before, err := listenOverflows()
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond); err == nil {
+				defer c.Close()
+			}
+		})
+	}
+	wg.Wait()
+	after, err := listenOverflows()
+	require.NoError(t, err)
+	assert.Greater(t, after, before, "8 connections to a queue of 2")
 }
 
 // TestFirstPromoted: the promotion is the first sample after the kill in
@@ -629,14 +659,14 @@ func TestProbeProcess(t *testing.T) {
 }
 
 func TestRemountLine(t *testing.T) {
-	r := mckeeper.Remount{At: time.Unix(1000, 123456789), Silence: 12 * time.Second, Took: 1500 * time.Millisecond, Failed: 3, LastErr: "Ping to 127.0.0.1:1: \"deadline\"\nexceeded"}
+	r := mckeeper.Remount{At: time.Unix(1000, 123456789), Silence: 12 * time.Second, SinceOK: 2 * time.Second, Took: 1500 * time.Millisecond, Failed: 3, LastErr: "Ping to 127.0.0.1:1: \"deadline\"\nexceeded"}
 	i, got, err := parseRemountLine(remountLine(42, r))
 	require.NoError(t, err)
 	assert.Equal(t, 42, i)
 	assert.True(t, r.At.Equal(got.At))
 	r.At = got.At
 	assert.Equal(t, r, got)
-	for _, bad := range []string{"", "remount", "remount 1 2 3 4 5", "count 1 2 3 4 5 \"\"", "remount x 2 3 4 5 \"\"", "remount 1 2 3 4 y \"\"", "remount 1 2 3 4 5 unquoted"} {
+	for _, bad := range []string{"", "remount", "remount 1 2 3 4 5 6", "count 1 2 3 4 5 6 \"\"", "remount x 2 3 4 5 6 \"\"", "remount 1 2 3 4 5 y \"\"", "remount 1 2 3 4 5 6 unquoted"} {
 		_, _, err := parseRemountLine(bad)
 		assert.Error(t, err, bad)
 	}
@@ -703,9 +733,9 @@ func TestRemountCauses(t *testing.T) {
 	assert.Nil(t, remountCauses(nil))
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	c := remountCauses([]remountEvent{
-		{1, mckeeper.Remount{At: at, Silence: 12 * time.Second, Took: 100 * time.Millisecond, Failed: 10, LastErr: "deadline exceeded"}},
-		{2, mckeeper.Remount{At: at, Silence: 2 * time.Second, Took: 9 * time.Second}},
-		{3, mckeeper.Remount{At: at, Silence: 11 * time.Second, Took: 200 * time.Millisecond, Failed: 9, LastErr: "deadline exceeded"}},
+		{1, mckeeper.Remount{At: at, Silence: 12 * time.Second, SinceOK: 12 * time.Second, Took: 100 * time.Millisecond, Failed: 10, LastErr: "deadline exceeded"}},
+		{2, mckeeper.Remount{At: at, Silence: 2 * time.Second, SinceOK: 2 * time.Second, Took: 9 * time.Second}},
+		{3, mckeeper.Remount{At: at, Silence: 11 * time.Second, SinceOK: 1500 * time.Millisecond, Took: 200 * time.Millisecond, Failed: 9, LastErr: "deadline exceeded"}},
 	})
 	require.NotNil(t, c)
 	assert.Equal(t, 11.0, c.SilenceMedianSecs)
@@ -713,8 +743,8 @@ func TestRemountCauses(t *testing.T) {
 	assert.Equal(t, 1, c.UnderTTL)
 	assert.Equal(t, 9.0, c.FailedMedian)
 	assert.Equal(t, []errorCount{{"deadline exceeded", 2}, {"", 1}}, c.LastErrors)
-	assert.Equal(t, remountRec{Client: 2, At: "2026-11-30T12:00:00.000Z", SilenceSecs: 2, TookSecs: 9}, c.Remounts[1])
-	assert.Equal(t, `the client's longest silence in the 30 s before (from sending a ping answered OK to the next answer OK or NEED_REMOUNT) 11.0 s (median; at most 12.0 s), 1 of 3 under the 10 s TTL; the NEED_REMOUNT ping answered in 0.2 s (median; at most 9.0 s); 9 pings failed since the last OK (median); the last failed one's error: 2 "deadline exceeded", 1 "none"`, c.text())
+	assert.Equal(t, remountRec{Client: 2, At: "2026-11-30T12:00:00.000Z", SilenceSecs: 2, SinceOKSecs: 2, TookSecs: 9}, c.Remounts[1])
+	assert.Equal(t, `the client's longest silence in the 30 s before (from sending a ping answered OK to the next answer OK or NEED_REMOUNT) 11.0 s (median; at most 12.0 s), 1 of 3 under the 10 s TTL; from the last ping answered OK 2.0 s (median); the NEED_REMOUNT ping answered in 0.2 s (median; at most 9.0 s); 9 pings failed since the last OK (median); the last failed one's error: 2 "deadline exceeded", 1 "none"`, c.text())
 }
 
 // TestCumulativeAt: the observations surely within a bound are those of

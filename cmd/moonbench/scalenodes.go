@@ -65,6 +65,10 @@ type killResult struct {
 	RestartSecs  float64     `json:"restart_secs"` // the old leader on its data dir, to caught up
 	Restore      restoreTime `json:"restore"`      // of its snapshot, within RestartSecs
 	SessionsLost int         `json:"sessions_lost"`
+	// ListenOverflows is the connections the host's full listen queues
+	// turned away from the kill to the sessions' count, as the clients
+	// connected to the new leader (-1: not read).
+	ListenOverflows int64 `json:"listen_overflows"`
 }
 
 // kill SIGKILLs the leader under the probe's writes: the time to the next
@@ -87,6 +91,7 @@ func (s *scaleRun) kill(ctx context.Context, profilePrefix string) (*killResult,
 	// 0.4–0.7 s later at 6M, when the election is over.
 	profiled := s.profileSurvivors(ctx, l, profilePrefix)
 	defer profiled()
+	overflows, overflowsErr := listenOverflows()
 	kill := time.Now()
 	l.Signal(syscall.SIGKILL)
 	sent := time.Now()
@@ -145,6 +150,10 @@ func (s *scaleRun) kill(ctx context.Context, profilePrefix string) (*killResult,
 		return nil, err
 	}
 	kr.SessionsLost = len(s.clients) - int(st.Sessions)
+	kr.ListenOverflows = -1
+	if now, err := listenOverflows(); err == nil && overflowsErr == nil {
+		kr.ListenOverflows = int64(now - overflows)
+	}
 	return kr, nil
 }
 

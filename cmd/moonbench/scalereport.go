@@ -121,6 +121,7 @@ type scaleReport struct {
 type remountCausesT struct {
 	SilenceMedianSecs float64      `json:"silence_median_secs"`
 	SilenceMaxSecs    float64      `json:"silence_max_secs"`
+	SinceOKMedianSecs float64      `json:"since_ok_median_secs"`
 	TookMedianSecs    float64      `json:"took_median_secs"`
 	TookMaxSecs       float64      `json:"took_max_secs"`
 	UnderTTL          int          `json:"under_ttl"` // of the default session TTL
@@ -138,7 +139,8 @@ type remountRec struct {
 	Client      int     `json:"client"`
 	At          string  `json:"at"` // RFC 3339, ms
 	SilenceSecs float64 `json:"silence_secs"`
-	TookSecs    float64 `json:"took_secs"` // the NEED_REMOUNT ping's wait for its answer
+	SinceOKSecs float64 `json:"since_ok_secs"` // from the last ping answered OK
+	TookSecs    float64 `json:"took_secs"`     // the NEED_REMOUNT ping's wait for its answer
 	Failed      int     `json:"failed"`
 	LastErr     string  `json:"last_err,omitempty"`
 }
@@ -151,20 +153,21 @@ func remountCauses(rs []remountEvent) *remountCausesT {
 	ttl := time.Duration(fsm.DefaultParams().ClientTTLMs) * time.Millisecond
 	c := &remountCausesT{}
 	silences := make([]float64, len(rs))
+	since := make([]float64, len(rs))
 	took := make([]float64, len(rs))
 	failed := make([]float64, len(rs))
 	errs := map[string]int{}
 	for i, r := range rs {
-		silences[i], took[i], failed[i] = r.Silence.Seconds(), r.Took.Seconds(), float64(r.Failed)
+		silences[i], since[i], took[i], failed[i] = r.Silence.Seconds(), r.SinceOK.Seconds(), r.Took.Seconds(), float64(r.Failed)
 		if r.Silence < ttl {
 			c.UnderTTL++
 		}
 		errs[r.LastErr]++
 		c.Remounts = append(c.Remounts, remountRec{Client: r.client, At: r.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
-			SilenceSecs: r.Silence.Seconds(), TookSecs: r.Took.Seconds(), Failed: r.Failed, LastErr: r.LastErr})
+			SilenceSecs: r.Silence.Seconds(), SinceOKSecs: r.SinceOK.Seconds(), TookSecs: r.Took.Seconds(), Failed: r.Failed, LastErr: r.LastErr})
 	}
 	c.SilenceMedianSecs, c.SilenceMaxSecs, c.FailedMedian = median(silences), slices.Max(silences), median(failed)
-	c.TookMedianSecs, c.TookMaxSecs = median(took), slices.Max(took)
+	c.TookMedianSecs, c.TookMaxSecs, c.SinceOKMedianSecs = median(took), slices.Max(took), median(since)
 	for e, n := range errs {
 		c.LastErrors = append(c.LastErrors, errorCount{e, n})
 	}
@@ -182,8 +185,8 @@ func (c *remountCausesT) text() string {
 		}
 		errs = append(errs, fmt.Sprintf("%d %q", e.N, msg))
 	}
-	return fmt.Sprintf("the client's longest silence in the 30 s before (from sending a ping answered OK to the next answer OK or NEED_REMOUNT) %.1f s (median; at most %.1f s), %d of %d under the %.0f s TTL; the NEED_REMOUNT ping answered in %.1f s (median; at most %.1f s); %.0f pings failed since the last OK (median); the last failed one's error: %s",
-		c.SilenceMedianSecs, c.SilenceMaxSecs, c.UnderTTL, len(c.Remounts), float64(fsm.DefaultParams().ClientTTLMs)/1000, c.TookMedianSecs, c.TookMaxSecs,
+	return fmt.Sprintf("the client's longest silence in the 30 s before (from sending a ping answered OK to the next answer OK or NEED_REMOUNT) %.1f s (median; at most %.1f s), %d of %d under the %.0f s TTL; from the last ping answered OK %.1f s (median); the NEED_REMOUNT ping answered in %.1f s (median; at most %.1f s); %.0f pings failed since the last OK (median); the last failed one's error: %s",
+		c.SilenceMedianSecs, c.SilenceMaxSecs, c.UnderTTL, len(c.Remounts), float64(fsm.DefaultParams().ClientTTLMs)/1000, c.SinceOKMedianSecs, c.TookMedianSecs, c.TookMaxSecs,
 		c.FailedMedian, strings.Join(errs, ", "))
 }
 
@@ -227,7 +230,8 @@ func (r *scaleResult) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  the joining node: %s\n", r.JoinRestore)
 	for k, kr := range r.Kills {
-		fmt.Fprintf(w, "  kill %d: the next write answered at %.0f ms, a promoted leader seen at %.0f ms; the old leader caught up %.1f s after its restart (%s)\n", k+1, kr.FailoverMs, kr.PromotedMs, kr.RestartSecs, kr.Restore)
+		fmt.Fprintf(w, "  kill %d: the next write answered at %.0f ms, a promoted leader seen at %.0f ms; the old leader caught up %.1f s after its restart (%s); %s\n",
+			k+1, kr.FailoverMs, kr.PromotedMs, kr.RestartSecs, kr.Restore, kr.overflowsText())
 		for _, c := range kr.ProbeCalls {
 			outcome := "answered"
 			if c.Error != "" {
@@ -247,6 +251,14 @@ func (r *scaleResult) print(w io.Writer) {
 				h.span, h.w.Ms, h.w.SystemMs, h.w.SoftirqMs, h.w.StealMs, h.w.KsoftirqdWaitMs, h.w.Squeezed)
 		}
 	}
+}
+
+// overflowsText is the kill's ListenOverflows in words.
+func (kr killResult) overflowsText() string {
+	if kr.ListenOverflows < 0 {
+		return "the host's listen queue overflows unread"
+	}
+	return fmt.Sprintf("%d connections turned away by a full listen queue from the kill to the count of sessions", kr.ListenOverflows)
 }
 
 // plot draws each node's RSS and Go heap against the objects held.
