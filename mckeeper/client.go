@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/moonraft/moonraft/cororpc"
 	"github.com/moonraft/moonraft/errcode"
@@ -22,6 +23,18 @@ type Client struct {
 	mu   sync.Mutex      // guards the fields below
 	conn *cororpc.Client // nil until dialled and after Close
 	addr string          // the master's, "" until looked up
+	last Dial            // the last dial's, successful or not
+}
+
+// Dial is how one connection to the master was made: a lookup of the
+// master's address that takes seconds means etcd kept the client waiting;
+// a connection that does, the master's listen queue (the client sends its
+// SYN again 1, 3 and 7 s later).
+type Dial struct {
+	At     time.Time     // when it began; zero: none yet
+	LookUp time.Duration // 0 if the address known was dialled again
+	Dial   time.Duration
+	Err    string // "" once connected
 }
 
 // NewClient returns a Client that finds its master through resolve. It
@@ -97,15 +110,29 @@ func (c *Client) SwitchMaster(ctx context.Context) error {
 	return c.dial(ctx, true)
 }
 
+// LastDial is how the last connection to the master was made, or failed.
+func (c *Client) LastDial() Dial {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
 // dial replaces the connection with a new one to the master, looked up
 // first if lookUp. c.mu is held.
-func (c *Client) dial(ctx context.Context, lookUp bool) error {
+func (c *Client) dial(ctx context.Context, lookUp bool) (err error) {
 	if c.conn != nil {
 		c.conn.Close()
 		c.conn = nil
 	}
+	c.last = Dial{At: time.Now()}
+	defer func() {
+		if err != nil {
+			c.last.Err = err.Error()
+		}
+	}()
 	if lookUp {
 		addr, err := c.resolve(ctx)
+		c.last.LookUp = time.Since(c.last.At)
 		if err != nil {
 			return fmt.Errorf("looking up the master: %w", err)
 		}
@@ -113,7 +140,9 @@ func (c *Client) dial(ctx context.Context, lookUp bool) error {
 	}
 	dctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
+	t0 := time.Now()
 	conn, err := cororpc.Dial(dctx, c.addr, 0)
+	c.last.Dial = time.Since(t0)
 	if err != nil {
 		return err
 	}

@@ -72,6 +72,8 @@ type Remount struct {
 	Took    time.Duration
 	Failed  int    // pings failed since the last answered OK
 	LastErr string // the last failed ping's error, "" if none
+	// LastDial is the client's last connection to the master before At.
+	LastDial Dial
 }
 
 // OnRemount has f called after each remount the master asks for (by the
@@ -144,16 +146,16 @@ func (k *Keeper) run(ctx context.Context, onRemount func(Remount)) {
 	)
 	for {
 		sent := time.Now()
-		remounted, pinged, err := k.ping(ctx)
+		p, err := k.ping(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		k.mu.Lock()
 		k.lastErr = err
 		k.mu.Unlock()
-		if remounted && onRemount != nil {
-			onRemount(Remount{At: pinged, Silence: quiet.longest(pinged), SinceOK: quiet.since(pinged), Took: pinged.Sub(sent),
-				Failed: failed, LastErr: lastErr})
+		if p.remounted && onRemount != nil {
+			onRemount(Remount{At: p.answered, Silence: quiet.longest(p.answered), SinceOK: quiet.since(p.answered), Took: p.answered.Sub(sent),
+				Failed: failed, LastErr: lastErr, LastDial: p.dial})
 		}
 		if err == nil {
 			fails, failed, lastErr = 0, 0, ""
@@ -170,21 +172,28 @@ func (k *Keeper) run(ctx context.Context, onRemount func(Remount)) {
 	}
 }
 
-// ping pings, and remounts if the master says so; remounted reports a
-// remount that succeeded, pinged when the ping's answer was read.
-func (k *Keeper) ping(ctx context.Context) (remounted bool, pinged time.Time, err error) {
+// pinged is what a ping saw.
+type pinged struct {
+	remounted bool      // the master said NEED_REMOUNT, and the remount succeeded
+	answered  time.Time // when the ping's answer was read
+	dial      Dial      // the connection's, as the ping was answered
+}
+
+// ping pings, and remounts if the master says so.
+func (k *Keeper) ping(ctx context.Context) (pinged, error) {
 	pctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	p, err := CallExpected[mc.PingResponse](pctx, k.c, "Ping", k.id)
-	pinged = time.Now()
-	if err != nil || p.ClientStatus != mc.ClientNeedRemount {
-		return false, pinged, err
+	r, err := CallExpected[mc.PingResponse](pctx, k.c, "Ping", k.id)
+	p := pinged{answered: time.Now(), dial: k.c.LastDial()}
+	if err != nil || r.ClientStatus != mc.ClientNeedRemount {
+		return p, err
 	}
 	if err := k.call(ctx, "ReMountSegment", mc.ReMountArgs{Segments: k.segs, ClientID: k.id}); err != nil {
-		return false, pinged, err
+		return p, err
 	}
 	k.remounts.Add(1)
-	return true, pinged, nil
+	p.remounted = true
+	return p, nil
 }
 
 // call calls a function answering Expected<void>.

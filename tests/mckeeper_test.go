@@ -72,5 +72,9 @@ func TestMooncakeKeepersFollowTheLeader(t *testing.T) {
 	assert.Positive(t, r.Took, "the NEED_REMOUNT ping's wait for its answer")
 	assert.Less(t, r.Took, ttl)
 	assert.Zero(t, r.Failed)
+	assert.True(t, r.LastDial.At.After(restarted), "the connection made again after the restart")
+	assert.Zero(t, r.LastDial.LookUp, "to the master's address it knew")
+	assert.Positive(t, r.LastDial.Dial)
+	assert.Empty(t, r.LastDial.Err)
 	assert.Empty(t, remounts, "one remount")
 }

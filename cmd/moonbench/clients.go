@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -92,7 +93,14 @@ func runClientsProcess(args []string) error {
 		for i := range keepers {
 			id, seg := mooncakeSegment(i, *size)
 			k := mckeeper.New(id, []mc.Segment{seg}, views.MooncakeMaster)
-			k.OnRemount(func(r mckeeper.Remount) { out.line(remountLine(i, r)) })
+			k.OnRemount(func(r mckeeper.Remount) {
+				line, err := remountLine(i, r)
+				if err != nil {
+					progressf("%v", err)
+					return
+				}
+				out.line(line)
+			})
 			keepers[i] = k
 			mounts[i] = k.Mount
 			starts[i] = func() { k.Start(ctx) }
@@ -207,33 +215,30 @@ func (l *lineWriter) line(s string) {
 }
 
 // remountLine is client i's remount as the clients process prints it:
-// "remount I AT SILENCE SINCEOK TOOK FAILED ERR", AT in Unix nanoseconds,
-// SILENCE, SINCEOK and TOOK in nanoseconds, ERR quoted.
-func remountLine(i int, r mckeeper.Remount) string {
-	return fmt.Sprintf("%s %d %d %d %d %d %d %s", clientsRemount, i, r.At.UnixNano(), r.Silence.Nanoseconds(), r.SinceOK.Nanoseconds(),
-		r.Took.Nanoseconds(), r.Failed, strconv.Quote(r.LastErr))
+// "remount I JSON", JSON the mckeeper.Remount.
+func remountLine(i int, r mckeeper.Remount) (string, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("client %d's remount: %w", i, err)
+	}
+	return fmt.Sprintf("%s %d %s", clientsRemount, i, b), nil
 }
 
 // parseRemountLine reads a remountLine.
 func parseRemountLine(line string) (int, mckeeper.Remount, error) {
-	f := strings.SplitN(line, " ", 8)
-	if len(f) != 8 || f[0] != clientsRemount {
-		return 0, mckeeper.Remount{}, fmt.Errorf("remount line %q: want %s, a client, a time, two silences, a wait, a count and an error", line, clientsRemount)
+	var r mckeeper.Remount
+	f := strings.SplitN(line, " ", 3)
+	if len(f) != 3 || f[0] != clientsRemount {
+		return 0, r, fmt.Errorf("remount line %q: want %s, a client and the remount in JSON", line, clientsRemount)
 	}
-	var nums [6]int64
-	for j := range nums {
-		v, err := strconv.ParseInt(f[j+1], 10, 64)
-		if err != nil {
-			return 0, mckeeper.Remount{}, fmt.Errorf("remount line %q: field %d: %w", line, j+2, err)
-		}
-		nums[j] = v
-	}
-	msg, err := strconv.Unquote(f[7])
+	i, err := strconv.Atoi(f[1])
 	if err != nil {
-		return 0, mckeeper.Remount{}, fmt.Errorf("remount line %q: error: %w", line, err)
+		return 0, r, fmt.Errorf("remount line %q: client: %w", line, err)
 	}
-	return int(nums[0]), mckeeper.Remount{At: time.Unix(0, nums[1]), Silence: time.Duration(nums[2]), SinceOK: time.Duration(nums[3]),
-		Took: time.Duration(nums[4]), Failed: int(nums[5]), LastErr: msg}, nil
+	if err := json.Unmarshal([]byte(f[2]), &r); err != nil {
+		return 0, r, fmt.Errorf("remount line %q: %w", line, err)
+	}
+	return i, r, nil
 }
 
 // clientsProc is the harness's end of a clients process.

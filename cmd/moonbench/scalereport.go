@@ -119,9 +119,16 @@ type scaleReport struct {
 // a client that kept pinging; a longer one, that the pings had stopped
 // reaching it, and the last error says how.
 type remountCausesT struct {
-	SilenceMedianSecs float64      `json:"silence_median_secs"`
-	SilenceMaxSecs    float64      `json:"silence_max_secs"`
-	SinceOKMedianSecs float64      `json:"since_ok_median_secs"`
+	SilenceMedianSecs float64 `json:"silence_median_secs"`
+	SilenceMaxSecs    float64 `json:"silence_max_secs"`
+	SinceOKMedianSecs float64 `json:"since_ok_median_secs"`
+	// Of each client's last connection before its remount: its lookup's
+	// and its dial's time, the longest, and how long before the remount.
+	LookUpMedianSecs  float64      `json:"look_up_median_secs"`
+	LookUpMaxSecs     float64      `json:"look_up_max_secs"`
+	DialMedianSecs    float64      `json:"dial_median_secs"`
+	DialMaxSecs       float64      `json:"dial_max_secs"`
+	DialAgoMedianSecs float64      `json:"dial_ago_median_secs"`
 	TookMedianSecs    float64      `json:"took_median_secs"`
 	TookMaxSecs       float64      `json:"took_max_secs"`
 	UnderTTL          int          `json:"under_ttl"` // of the default session TTL
@@ -140,7 +147,13 @@ type remountRec struct {
 	At          string  `json:"at"` // RFC 3339, ms
 	SilenceSecs float64 `json:"silence_secs"`
 	SinceOKSecs float64 `json:"since_ok_secs"` // from the last ping answered OK
-	TookSecs    float64 `json:"took_secs"`     // the NEED_REMOUNT ping's wait for its answer
+	// The client's last connection before: when (before At), its lookup,
+	// its dial, and its error if it failed.
+	DialAgoSecs float64 `json:"dial_ago_secs"`
+	LookUpSecs  float64 `json:"look_up_secs"`
+	DialSecs    float64 `json:"dial_secs"`
+	DialErr     string  `json:"dial_err,omitempty"`
+	TookSecs    float64 `json:"took_secs"` // the NEED_REMOUNT ping's wait for its answer
 	Failed      int     `json:"failed"`
 	LastErr     string  `json:"last_err,omitempty"`
 }
@@ -156,6 +169,7 @@ func remountCauses(rs []remountEvent) *remountCausesT {
 	since := make([]float64, len(rs))
 	took := make([]float64, len(rs))
 	failed := make([]float64, len(rs))
+	var lookUps, dials, dialAgos []float64
 	errs := map[string]int{}
 	for i, r := range rs {
 		silences[i], since[i], took[i], failed[i] = r.Silence.Seconds(), r.SinceOK.Seconds(), r.Took.Seconds(), float64(r.Failed)
@@ -165,9 +179,18 @@ func remountCauses(rs []remountEvent) *remountCausesT {
 		errs[r.LastErr]++
 		c.Remounts = append(c.Remounts, remountRec{Client: r.client, At: r.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
 			SilenceSecs: r.Silence.Seconds(), SinceOKSecs: r.SinceOK.Seconds(), TookSecs: r.Took.Seconds(), Failed: r.Failed, LastErr: r.LastErr})
+		if d := r.LastDial; !d.At.IsZero() {
+			rec := &c.Remounts[len(c.Remounts)-1]
+			rec.DialAgoSecs, rec.LookUpSecs, rec.DialSecs, rec.DialErr = r.At.Sub(d.At).Seconds(), d.LookUp.Seconds(), d.Dial.Seconds(), d.Err
+			lookUps, dials, dialAgos = append(lookUps, rec.LookUpSecs), append(dials, rec.DialSecs), append(dialAgos, rec.DialAgoSecs)
+		}
 	}
 	c.SilenceMedianSecs, c.SilenceMaxSecs, c.FailedMedian = median(silences), slices.Max(silences), median(failed)
 	c.TookMedianSecs, c.TookMaxSecs, c.SinceOKMedianSecs = median(took), slices.Max(took), median(since)
+	if len(dials) > 0 {
+		c.LookUpMedianSecs, c.LookUpMaxSecs = median(lookUps), slices.Max(lookUps)
+		c.DialMedianSecs, c.DialMaxSecs, c.DialAgoMedianSecs = median(dials), slices.Max(dials), median(dialAgos)
+	}
 	for e, n := range errs {
 		c.LastErrors = append(c.LastErrors, errorCount{e, n})
 	}
@@ -187,7 +210,9 @@ func (c *remountCausesT) text() string {
 	}
 	return fmt.Sprintf("the client's longest silence in the 30 s before (from sending a ping answered OK to the next answer OK or NEED_REMOUNT) %.1f s (median; at most %.1f s), %d of %d under the %.0f s TTL; from the last ping answered OK %.1f s (median); the NEED_REMOUNT ping answered in %.1f s (median; at most %.1f s); %.0f pings failed since the last OK (median); the last failed one's error: %s",
 		c.SilenceMedianSecs, c.SilenceMaxSecs, c.UnderTTL, len(c.Remounts), float64(fsm.DefaultParams().ClientTTLMs)/1000, c.SinceOKMedianSecs, c.TookMedianSecs, c.TookMaxSecs,
-		c.FailedMedian, strings.Join(errs, ", "))
+		c.FailedMedian, strings.Join(errs, ", ")) +
+		fmt.Sprintf("; the client's last connection, %.1f s before (median): the master looked up in %.1f s, dialled in %.1f s (medians; at most %.1f and %.1f s)",
+			c.DialAgoMedianSecs, c.LookUpMedianSecs, c.DialMedianSecs, c.LookUpMaxSecs, c.DialMaxSecs)
 }
 
 // remountsText is the size's remounts, by phase if there were any.
