@@ -32,6 +32,7 @@ type Client struct {
 // SYN again 1, 3 and 7 s later).
 type Dial struct {
 	At     time.Time     // when it began; zero: none yet
+	Addr   string        // the address dialled; "" if the lookup failed
 	LookUp time.Duration // 0 if the address known was dialled again
 	Dial   time.Duration
 	Err    string // "" once connected
@@ -138,6 +139,7 @@ func (c *Client) dial(ctx context.Context, lookUp bool) (err error) {
 		}
 		c.addr = addr
 	}
+	c.last.Addr = c.addr
 	dctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	t0 := time.Now()

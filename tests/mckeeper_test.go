@@ -48,9 +48,9 @@ func TestMooncakeKeepersFollowTheLeader(t *testing.T) {
 
 	c.Kill(leader, syscall.SIGKILL)
 	require.NotEqual(t, leader.ID, c.Leader(ctx, cl).ID)
-	// Past two TTLs the sessions live only if the keepers ping the new
-	// leader: Promote extends them by one.
-	time.Sleep(2 * ttl)
+	// Past three TTLs the sessions live only if the keepers ping the new
+	// leader: Promote extends them by two.
+	time.Sleep(3 * ttl)
 	assert.EqualValues(t, len(keepers), sessions(), "sessions kept across the failover")
 	for i, k := range keepers {
 		assert.NoError(t, k.Err(), "keeper %d's last ping", i)
@@ -74,6 +74,7 @@ func TestMooncakeKeepersFollowTheLeader(t *testing.T) {
 	assert.Zero(t, r.Failed)
 	assert.True(t, r.LastDial.At.After(restarted), "the connection made again after the restart")
 	assert.Zero(t, r.LastDial.LookUp, "to the master's address it knew")
+	assert.Equal(t, c.Leader(ctx, cl).MooncakeAddr, r.LastDial.Addr)
 	assert.Positive(t, r.LastDial.Dial)
 	assert.Empty(t, r.LastDial.Err)
 	assert.Empty(t, remounts, "one remount")

@@ -660,7 +660,7 @@ func TestProbeProcess(t *testing.T) {
 
 func TestRemountLine(t *testing.T) {
 	r := mckeeper.Remount{At: time.Unix(1000, 123456789), Silence: 12 * time.Second, SinceOK: 2 * time.Second, Took: 1500 * time.Millisecond, Failed: 3,
-		LastDial: mckeeper.Dial{At: time.Unix(990, 5), LookUp: 9 * time.Second, Dial: 7 * time.Second, Err: "refused \"x\" y"}, LastErr: "Ping to 127.0.0.1:1: \"deadline\"\nexceeded"}
+		LastDial: mckeeper.Dial{At: time.Unix(990, 5), Addr: "127.0.0.1:1", LookUp: 9 * time.Second, Dial: 7 * time.Second, Err: "refused \"x\" y"}, LastErr: "Ping to 127.0.0.1:1: \"deadline\"\nexceeded"}
 	line, err := remountLine(42, r)
 	require.NoError(t, err)
 	i, got, err := parseRemountLine(line)
@@ -740,7 +740,7 @@ func TestRemountCauses(t *testing.T) {
 		{1, mckeeper.Remount{At: at, Silence: 12 * time.Second, SinceOK: 12 * time.Second, Took: 100 * time.Millisecond, Failed: 10, LastErr: "deadline exceeded",
 			LastDial: mckeeper.Dial{At: at.Add(-3 * time.Second), LookUp: 8 * time.Second, Dial: time.Second}}},
 		{2, mckeeper.Remount{At: at, Silence: 2 * time.Second, SinceOK: 2 * time.Second, Took: 9 * time.Second,
-			LastDial: mckeeper.Dial{At: at.Add(-time.Minute), Dial: 7 * time.Second, Err: "refused"}}},
+			LastDial: mckeeper.Dial{At: at.Add(-time.Minute), Addr: "127.0.0.1:1", Dial: 7 * time.Second, Err: "refused"}}},
 		{3, mckeeper.Remount{At: at, Silence: 11 * time.Second, SinceOK: 1500 * time.Millisecond, Took: 200 * time.Millisecond, Failed: 9, LastErr: "deadline exceeded"}},
 	})
 	require.NotNil(t, c)
@@ -750,7 +750,7 @@ func TestRemountCauses(t *testing.T) {
 	assert.Equal(t, 9.0, c.FailedMedian)
 	assert.Equal(t, []errorCount{{"deadline exceeded", 2}, {"", 1}}, c.LastErrors)
 	assert.Equal(t, remountRec{Client: 2, At: "2026-11-30T12:00:00.000Z", SilenceSecs: 2, SinceOKSecs: 2, TookSecs: 9,
-		DialAgoSecs: 60, DialSecs: 7, DialErr: "refused"}, c.Remounts[1])
+		DialAgoSecs: 60, DialSecs: 7, DialErr: "refused", DialAddr: "127.0.0.1:1"}, c.Remounts[1])
 	assert.Zero(t, c.Remounts[2].DialSecs, "a client that never dialled")
 	assert.Equal(t, `the client's longest silence in the 30 s before (from sending a ping answered OK to the next answer OK or NEED_REMOUNT) 11.0 s (median; at most 12.0 s), 1 of 3 under the 10 s TTL; from the last ping answered OK 2.0 s (median); the NEED_REMOUNT ping answered in 0.2 s (median; at most 9.0 s); 9 pings failed since the last OK (median); the last failed one's error: 2 "deadline exceeded", 1 "none"; the client's last connection, 31.5 s before (median): the master looked up in 4.0 s, dialled in 4.0 s (medians; at most 8.0 and 7.0 s)`, c.text())
 }

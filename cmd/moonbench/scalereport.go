@@ -153,6 +153,7 @@ type remountRec struct {
 	LookUpSecs  float64 `json:"look_up_secs"`
 	DialSecs    float64 `json:"dial_secs"`
 	DialErr     string  `json:"dial_err,omitempty"`
+	DialAddr    string  `json:"dial_addr,omitempty"`
 	TookSecs    float64 `json:"took_secs"` // the NEED_REMOUNT ping's wait for its answer
 	Failed      int     `json:"failed"`
 	LastErr     string  `json:"last_err,omitempty"`
@@ -181,7 +182,7 @@ func remountCauses(rs []remountEvent) *remountCausesT {
 			SilenceSecs: r.Silence.Seconds(), SinceOKSecs: r.SinceOK.Seconds(), TookSecs: r.Took.Seconds(), Failed: r.Failed, LastErr: r.LastErr})
 		if d := r.LastDial; !d.At.IsZero() {
 			rec := &c.Remounts[len(c.Remounts)-1]
-			rec.DialAgoSecs, rec.LookUpSecs, rec.DialSecs, rec.DialErr = r.At.Sub(d.At).Seconds(), d.LookUp.Seconds(), d.Dial.Seconds(), d.Err
+			rec.DialAgoSecs, rec.LookUpSecs, rec.DialSecs, rec.DialErr, rec.DialAddr = r.At.Sub(d.At).Seconds(), d.LookUp.Seconds(), d.Dial.Seconds(), d.Err, d.Addr
 			lookUps, dials, dialAgos = append(lookUps, rec.LookUpSecs), append(dials, rec.DialSecs), append(dialAgos, rec.DialAgoSecs)
 		}
 	}
