@@ -174,7 +174,17 @@ type Promote struct {
 	// MooncakeAddr is the leader's Mooncake-protocol address, where
 	// followers forward Mooncake clients' calls; empty when it serves none.
 	MooncakeAddr string
+	// SessionGraceMs is added to the client TTL that every session gets at
+	// the promotion: the time its client needs to find the new leader
+	// once the old one went silent (a few failed pings, a lookup in etcd
+	// beside every other client's, a connection) is the cluster's outage,
+	// not the client's. Written only when set: an older node halts at a
+	// Promote that carries it.
+	SessionGraceMs int64
 }
+
+// MaxSessionGraceMs bounds Promote.SessionGraceMs: a day.
+const MaxSessionGraceMs = 24 * 60 * 60 * 1000
 
 // Member records a member's client (gRPC) address, so that every node can
 // name every member's (moonctl members list); an empty GRPCAddr forgets
@@ -469,6 +479,9 @@ func (c *Promote) encode(e *enc) {
 	if c.MooncakeAddr != "" {
 		e.str(c.MooncakeAddr)
 	}
+	if c.SessionGraceMs != 0 {
+		e.i64(c.SessionGraceMs)
+	}
 }
 
 func (c *Promote) decode(d *dec) {
@@ -479,6 +492,11 @@ func (c *Promote) decode(d *dec) {
 	c.Params.decode(d)
 	if d.promoteMooncake {
 		c.MooncakeAddr = d.str()
+	}
+	if d.Remaining() > 0 {
+		if c.SessionGraceMs = d.i64(); (c.SessionGraceMs <= 0 || c.SessionGraceMs > MaxSessionGraceMs) && d.err() == nil {
+			d.Fail("session grace written as %d ms, want 1 to %d", c.SessionGraceMs, MaxSessionGraceMs)
+		}
 	}
 }
 

@@ -503,6 +503,41 @@ func TestPromote(t *testing.T) {
 	assert.Equal(t, seq+1, x.f.appliedSeq, "sequence ids advance regardless")
 }
 
+// TestPromoteSessionGrace: a Promote gives every session the client TTL
+// plus its grace from the promotion, and refuses a grace out of bounds.
+func TestPromoteSessionGrace(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		grace    int64
+		pingedMs int64 // the session's last ping, from the promotion
+		want     int64 // its deadline, from the promotion
+		code     errcode.Code
+	}{
+		{"none: one TTL", 0, -5000, 10_000, errcode.OK},
+		{"one more TTL", 10_000, -5000, 20_000, errcode.OK},
+		{"negative", -1, 0, 0, errcode.InvalidParams},
+		{"over a day", MaxSessionGraceMs + 1, 0, 0, errcode.InvalidParams},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			x := newH(t)
+			x.mount("c1", "s1", 0, 1000)
+			promoted := x.now + 5000
+			x.ok(&Tick{NowMs: promoted + c.pingedMs, Pings: []lease.Ping{{ClientID: "c1", AtMs: promoted + c.pingedMs}}})
+			r := x.apply(&Promote{NowMs: promoted, LeaderID: "n2", Term: 2, Params: DefaultParams(), SessionGraceMs: c.grace})
+			require.Equal(t, c.code, r.Code(), "%v", r.Err)
+			if c.code != errcode.OK {
+				return
+			}
+			d, _ := x.f.deadlines.Deadline("c1")
+			assert.Equal(t, promoted+c.want, d)
+			x.ok(&Tick{NowMs: promoted + c.want - 1})
+			assert.Equal(t, 1, x.f.Stats().Sessions, "alive until its deadline")
+			x.ok(&Tick{NowMs: promoted + c.want})
+			assert.Zero(t, x.f.Stats().Sessions, "expired at it")
+		})
+	}
+}
+
 func TestExportRing(t *testing.T) {
 	x := newH(t)
 	p := DefaultParams()
@@ -606,6 +641,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		&Tick{NowMs: 10, ExpireMax: 16384},
 		&Promote{NowMs: 11, LeaderID: "n1", LeaderAddr: "127.0.0.1:7100", Term: 3, Params: DefaultParams()},
 		&Promote{NowMs: 11, LeaderID: "n1", LeaderAddr: "127.0.0.1:7100", Term: 3, Params: DefaultParams(), MooncakeAddr: "127.0.0.1:50051"},
+		&Promote{NowMs: 11, LeaderID: "n1", Term: 3, Params: DefaultParams(), SessionGraceMs: 10_000},
+		&Promote{NowMs: 11, LeaderID: "n1", Term: 3, Params: DefaultParams(), MooncakeAddr: "127.0.0.1:50051", SessionGraceMs: 1},
 		&Exported{Seq: 12},
 	}
 	for _, c := range cmds {
@@ -616,6 +653,20 @@ func TestCommandRoundTrip(t *testing.T) {
 		})
 	}
 	assert.Equal(t, "type(99)", CmdType(99).String())
+}
+
+// TestPromoteSessionGraceDecode: a Promote's grace, when written, is 1 ms
+// to a day; one written otherwise is a corrupt entry.
+func TestPromoteSessionGraceDecode(t *testing.T) {
+	for _, mooncake := range []string{"", "127.0.0.1:50051"} {
+		base := Encode(&Promote{NowMs: 11, LeaderID: "n1", Term: 3, Params: DefaultParams(), MooncakeAddr: mooncake})
+		for _, grace := range []int64{0, -1, MaxSessionGraceMs + 1} {
+			e := enc{b: append([]byte(nil), base...)}
+			e.i64(grace)
+			_, err := Decode(e.b)
+			assert.ErrorContains(t, err, "session grace written as", "grace %d, Mooncake address %q", grace, mooncake)
+		}
+	}
 }
 
 func TestRingAfterAndLease(t *testing.T) {

@@ -17,6 +17,7 @@ func commandSeeds() [][]byte {
 		Encode(&Tick{NowMs: 4, Renewals: []lease.Renewal{{Key: "k", AtMs: 4}}, Pings: []lease.Ping{{ClientID: "c", AtMs: 4}}, Evict: true}),
 		Encode(&Tick{NowMs: 4, ExpireMax: 3}),
 		Encode(&Promote{NowMs: 5, LeaderID: "n1", Term: 2, Params: DefaultParams()}),
+		Encode(&Promote{NowMs: 5, LeaderID: "n1", Term: 2, Params: DefaultParams(), MooncakeAddr: "m:1", SessionGraceMs: 10_000}),
 		Encode(&RemountSegments{NowMs: 6, ClientID: "c", Segments: []SegmentSpec{{ID: "s", Name: "n", Size: 1}}}),
 		Encode(&RemoveByRegex{NowMs: 7, Regex: "^k", Force: true}),
 		Encode(&Exported{Seq: 1}),

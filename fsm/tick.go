@@ -282,6 +282,9 @@ func (f *FSM) promote(c *Promote) Result {
 	if err := c.Params.Validate(); err != nil {
 		return Result{Err: err}
 	}
+	if c.SessionGraceMs < 0 || c.SessionGraceMs > MaxSessionGraceMs {
+		return failed(errcode.InvalidParams, "session grace of %d ms: want 0 to %d", c.SessionGraceMs, MaxSessionGraceMs)
+	}
 	f.advance(c.NowMs)
 	f.params = c.Params
 	f.leaderID, f.leaderAddr, f.term = c.LeaderID, c.LeaderAddr, c.Term
@@ -289,7 +292,7 @@ func (f *FSM) promote(c *Promote) Result {
 	f.leaseFloorMs = max(f.leaseFloorMs, f.nowMs+f.params.LeaseTTLMs)
 	for id := range f.sessions {
 		d, _ := f.deadlines.Deadline(id)
-		f.deadlines.Set(id, lease.Extend(d, f.nowMs, f.params.ClientTTLMs))
+		f.deadlines.Set(id, lease.Extend(d, f.nowMs, f.params.ClientTTLMs+c.SessionGraceMs))
 	}
 	if f.params.ExportRingCap == 0 {
 		f.ring = fifo[ringEntry]{}

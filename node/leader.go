@@ -136,16 +136,18 @@ func (n *Node) leaderLoop(ctx context.Context) {
 }
 
 // promote makes every committed entry applied (Barrier) and proposes
-// Promote, which leases every object and extends every session as if the
-// last tick of the old leader had been lost. It returns the term the
-// Promote was proposed in, 0 if it failed.
+// Promote, which leases every object and gives every session two client
+// TTLs from now, as Consul's new leader does: one as if the old leader's
+// last tick had been lost, and one for its client to find this leader
+// (docs/RELIABILITY.md, finding 33). It returns the term the Promote was
+// proposed in, 0 if it failed.
 func (n *Node) promote(ctx context.Context) uint64 {
 	if err := n.wait(n.raft.Barrier(n.cfg.ElectionTimeout * 4)); err != nil {
 		n.log.Warn("barrier failed", "error", err)
 		return 0
 	}
 	cmd := &fsm.Promote{NowMs: n.now(), LeaderID: n.cfg.ID, LeaderAddr: n.cfg.GRPCAddr, Term: n.raft.CurrentTerm(), Params: n.cfg.Params,
-		MooncakeAddr: n.cfg.MooncakeAddr}
+		MooncakeAddr: n.cfg.MooncakeAddr, SessionGraceMs: min(n.cfg.Params.ClientTTLMs, fsm.MaxSessionGraceMs)}
 	if _, err := n.apply(ctx, cmd); err != nil {
 		n.log.Warn("promote failed", "error", err)
 		return 0

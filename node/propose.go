@@ -312,7 +312,7 @@ func (n *Node) renew(g fsm.Grant) {
 // node's own sessions, without proving that it still leads: no read
 // lease, no quorum round. A ping counts only once a Tick carries it through
 // the log, which a deposed leader cannot append to, and a new leader gives
-// every session a full TTL at its promotion; so a deposed leader's answers,
+// every session at least a full TTL at its promotion; so a deposed leader's answers,
 // until it steps down within its leader lease, cost a client nothing. A
 // promoted leader has applied every entry before its Promote, so its
 // sessions hold every mount it could be asked about. Pings that waited for
