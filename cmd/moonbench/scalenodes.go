@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moonraft/moonraft/fsm"
 	"github.com/moonraft/moonraft/internal/child"
 	"github.com/moonraft/moonraft/internal/freeport"
 	"github.com/moonraft/moonraft/internal/localcluster"
@@ -142,9 +143,11 @@ func (s *scaleRun) kill(ctx context.Context, profilePrefix string) (*killResult,
 		return nil, err
 	}
 	kr.Restore = restoreOf(m)
-	// A session the failover cost has expired by now: a client TTL
-	// (10 s) after the kill, with every client pinging.
-	time.Sleep(time.Until(kill.Add(12 * time.Second)))
+	// A session the failover cost has expired by now: two client TTLs
+	// after the promotion (fsm.Promote.SessionGraceMs), with every client
+	// pinging.
+	ttl := time.Duration(fsm.DefaultParams().ClientTTLMs) * time.Millisecond
+	time.Sleep(time.Until(promoted.Add(2*ttl + 2*time.Second)))
 	st, err := s.lc.cl.Progress(ctx, nl.GRPCAddr)
 	if err != nil {
 		return nil, err
