@@ -34,8 +34,8 @@ type Dial struct {
 	At     time.Time     // when it began; zero: none yet
 	Addr   string        // the address dialled; "" if the lookup failed
 	LookUp time.Duration // 0 if the address known was dialled again
-	Dial   time.Duration
-	Err    string // "" once connected
+	Dial   time.Duration // the connection's
+	Err    string        // "" once connected
 }
 
 // NewClient returns a Client that finds its master through resolve. It
