@@ -735,6 +735,8 @@ func TestClientsProcess(t *testing.T) {
 // reaching it, and says how they failed, the commonest error first.
 func TestRemountCauses(t *testing.T) {
 	assert.Nil(t, remountCauses(nil))
+	undialled := remountCauses([]remountEvent{{1, mckeeper.Remount{At: time.Now(), Silence: time.Second}}})
+	assert.NotContains(t, undialled.text(), "last connection", "no connection to tell of")
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	c := remountCauses([]remountEvent{
 		{1, mckeeper.Remount{At: at, Silence: 12 * time.Second, SinceOK: 12 * time.Second, Took: 100 * time.Millisecond, Failed: 10, LastErr: "deadline exceeded",

@@ -211,9 +211,17 @@ func (c *remountCausesT) text() string {
 	}
 	return fmt.Sprintf("the client's longest silence in the 30 s before (from sending a ping answered OK to the next answer OK or NEED_REMOUNT) %.1f s (median; at most %.1f s), %d of %d under the %.0f s TTL; from the last ping answered OK %.1f s (median); the NEED_REMOUNT ping answered in %.1f s (median; at most %.1f s); %.0f pings failed since the last OK (median); the last failed one's error: %s",
 		c.SilenceMedianSecs, c.SilenceMaxSecs, c.UnderTTL, len(c.Remounts), float64(fsm.DefaultParams().ClientTTLMs)/1000, c.SinceOKMedianSecs, c.TookMedianSecs, c.TookMaxSecs,
-		c.FailedMedian, strings.Join(errs, ", ")) +
-		fmt.Sprintf("; the client's last connection, %.1f s before (median): the master looked up in %.1f s, dialled in %.1f s (medians; at most %.1f and %.1f s)",
-			c.DialAgoMedianSecs, c.LookUpMedianSecs, c.DialMedianSecs, c.LookUpMaxSecs, c.DialMaxSecs)
+		c.FailedMedian, strings.Join(errs, ", ")) + c.dialsText()
+}
+
+// dialsText is the clients' last connections in words, "" if none had
+// dialled.
+func (c *remountCausesT) dialsText() string {
+	if !slices.ContainsFunc(c.Remounts, func(r remountRec) bool { return r.DialAgoSecs > 0 }) {
+		return ""
+	}
+	return fmt.Sprintf("; the client's last connection, %.1f s before (median): the master looked up in %.1f s, dialled in %.1f s (medians; at most %.1f and %.1f s)",
+		c.DialAgoMedianSecs, c.LookUpMedianSecs, c.DialMedianSecs, c.LookUpMaxSecs, c.DialMaxSecs)
 }
 
 // remountsText is the size's remounts, by phase if there were any.
