@@ -130,7 +130,12 @@ type Config struct {
 	// node sees one; cmd/node passes the flight recorder's dump.
 	OnStall func(kind string)
 	// Now is the leader's clock in Unix milliseconds; tests replace it.
+	// Unset, it is the wall clock read when this node last became leader,
+	// counted on with the monotonic clock (clock.go).
 	Now func() int64
+	// wall is the wall clock Now reads at each term and the stall watcher
+	// compares with the monotonic clock; tests step it.
+	wall func() time.Time
 }
 
 // DefaultMaxPendingWrites is the default of Config.MaxPendingWrites: twice

@@ -123,7 +123,7 @@ func (d *diskHealth) String() string {
 type watchedLog struct {
 	raft.LogStore
 	h     *diskHealth
-	since atomic.Int64 // UnixNano when the write under way began; 0: none
+	since instant // when the write under way began
 }
 
 func (w *watchedLog) StoreLog(l *raft.Log) error {
@@ -132,9 +132,9 @@ func (w *watchedLog) StoreLog(l *raft.Log) error {
 
 func (w *watchedLog) StoreLogs(logs []*raft.Log) error {
 	start := time.Now()
-	w.since.Store(start.UnixNano())
+	w.since.set(start)
 	err := w.LogStore.StoreLogs(logs)
-	w.since.Store(0)
+	w.since.clear()
 	w.h.appendDur.Observe(time.Since(start).Seconds())
 	w.h.observe(diskLogAppend, err)
 	if err == nil {
@@ -150,10 +150,7 @@ func (w *watchedLog) StoreLogs(logs []*raft.Log) error {
 }
 
 // outstanding says since when a write has been under way, if one is.
-func (w *watchedLog) outstanding() (time.Time, bool) {
-	ns := w.since.Load()
-	return time.Unix(0, ns), ns != 0
-}
+func (w *watchedLog) outstanding() (time.Time, bool) { return w.since.get() }
 
 func (w *watchedLog) IsMonotonic() bool { return raftstore.IsMonotonic(w.LogStore) }
 

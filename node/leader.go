@@ -51,6 +51,9 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	// a round of its own.
 	n.leadership.drop()
 	defer n.leadership.drop()
+	if n.clock != nil {
+		n.clock.reset() // a new term reads the wall clock again (clock.go)
+	}
 	defer n.promotedTerm.Store(0)
 	defer n.sm.setIndexKeys(false)
 	n.log.Info("became leader, promoting")

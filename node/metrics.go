@@ -70,6 +70,7 @@ type nodeMetrics struct {
 	// through either front door (gRPC, Mooncake's protocol).
 	writesRefused prometheus.Counter
 	stalls        *prometheus.CounterVec
+	clockSteps    prometheus.Counter
 }
 
 // Latency buckets from 0.25 ms to ~8 s: Raft round trips on a LAN are
@@ -104,10 +105,12 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 	m.stalls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "stalls_total",
 		Help: "Stalls this node saw, by kind: sched (its goroutines waited over a quarter of the heartbeat timeout to run), leadership-lost (it lost a leadership it was not handing over), leader-silent (it stood for election after its leader went silent)."},
 		[]string{"kind"})
+	m.clockSteps = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "wall_clock_steps_total",
+		Help: "Steps of this host's wall clock (100 ms or more beyond the monotonic clock) this node saw; a leader's clock leaves them out until its next term."})
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "pending_writes",
 		Help: "Client writes sent to the log and not yet applied on this node (bounded by --max-pending-writes)."},
 		func() float64 { return float64(n.pendingWrites.Load()) })
-	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.mooncakeDur, m.tickDur, m.etcdDur, m.etcdErrs, m.writesRefused, m.stalls, pending,
+	m.reg.MustRegister(reads, m.rpcs, m.rpcDur, m.mooncakeDur, m.tickDur, m.etcdDur, m.etcdErrs, m.writesRefused, m.stalls, m.clockSteps, pending,
 		&stateCollector{n: n},
 		// The scheduler's latencies and the GC's pauses: what a node
 		// starved of CPU shows (RELIABILITY finding 10).

@@ -33,6 +33,7 @@ type Node struct {
 	cfg   Config
 	log   hclog.Logger
 	now   func() int64
+	clock *leaderClock // behind now, unless a test set Config.Now
 	raft  *raft.Raft
 	trans *raftnet.Transport
 	store *raftstore.Checked
@@ -45,8 +46,8 @@ type Node struct {
 	// lookForLeader).
 	timeoutsMu sync.Mutex
 	// candidateAsked is when a candidate last asked this node, a follower
-	// that still heard its leader, for a pre-vote (unix ns; stand.go).
-	candidateAsked atomic.Int64
+	// that still heard its leader, for a pre-vote (stand.go).
+	candidateAsked instant
 	sm             *stateMachine
 
 	batcher    *lease.Batcher
@@ -117,8 +118,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "moonraft", Level: hclog.Info})
 	}
+	if cfg.wall == nil {
+		cfg.wall = time.Now
+	}
+	var clock *leaderClock
 	if cfg.Now == nil {
-		cfg.Now = func() int64 { return time.Now().UnixMilli() }
+		clock = newLeaderClock(cfg.wall)
+		cfg.Now = clock.now
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, errcode.New(errcode.FileWriteFail, "data dir %s: %v", cfg.DataDir, err)
@@ -129,6 +135,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg:          cfg,
 		log:          cfg.Logger.With("node", cfg.ID),
 		now:          cfg.Now,
+		clock:        clock,
 		sm:           newStateMachine(cfg.ClusterID, cfg.ID, cfg.Now),
 		gate:         newGate(),
 		ringCh:       make(chan struct{}, 1),

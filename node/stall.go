@@ -41,7 +41,7 @@ func (n *Node) watchStalls(ctx context.Context) {
 	threshold := n.cfg.HeartbeatTimeout / 4
 	t := time.NewTicker(stallTick)
 	defer t.Stop()
-	last := time.Now()
+	last, lastWall := time.Now(), n.cfg.wall()
 	for {
 		var changed any // the Raft state a change left, if one woke the watcher
 		select {
@@ -58,6 +58,11 @@ func (n *Node) watchStalls(ctx context.Context) {
 				"waited", late.Round(time.Millisecond))
 			n.stalled(stallSched)
 		}
+		if step := wallStep(lastWall, last, n.cfg.wall(), time.Now()); step >= stepMin || step <= -stepMin {
+			n.log.Warn("the wall clock stepped: this node's leader clock leaves the step out until it next becomes leader",
+				"step", step.Round(time.Millisecond))
+			n.metrics.clockSteps.Inc()
+		}
 		switch changed {
 		case nil:
 		case raft.Follower:
@@ -68,7 +73,7 @@ func (n *Node) watchStalls(ctx context.Context) {
 			n.stalled(stallSilent)
 		}
 		// The watcher's own work is not a stall.
-		last = time.Now()
+		last, lastWall = time.Now(), n.cfg.wall()
 	}
 }
 

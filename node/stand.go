@@ -49,7 +49,7 @@ func (n *Node) standWhenSilent(ctx context.Context) {
 		// have lengthened it.
 		hb := n.raft.ReloadableConfig().HeartbeatTimeout
 		silent, wait := time.Since(last), hb+jitter
-		if time.Since(time.Unix(0, n.candidateAsked.Load())) < hb {
+		if asked, ok := n.candidateAsked.get(); ok && time.Since(asked) < hb {
 			// A candidate stands already: this node joins the election
 			// the moment it may, so that the candidate is not refused
 			// twice (raftnet/elections.go).
@@ -106,7 +106,7 @@ func (n *Node) dropSilentLeader() {
 		return
 	}
 	if silent < n.raft.ReloadableConfig().HeartbeatTimeout {
-		n.candidateAsked.Store(time.Now().UnixNano())
+		n.candidateAsked.set(time.Now())
 		return
 	}
 	n.log.Info("asked for a pre-vote while the leader is silent: looking for it now, so that a leader that is gone does not refuse the candidate",
