@@ -378,15 +378,16 @@ func TestSlowLogWrites(t *testing.T) {
 
 // TestScaleReport: a size's report says how many elections its load
 // brought before the failover, which it causes itself, how often each
-// node's goroutines stalled, and how many reads found the lease lapsed.
+// node's goroutines stalled and its host's wall clock stepped, and how
+// many reads found the lease lapsed.
 func TestScaleReport(t *testing.T) {
 	r := &scaleResult{Objects: 6_000_000, Clients: 10_000, Pings: "mooncake", FillSecs: 413, Elections: 1, FillClientsCPU: 0.61,
-		LeaseReads: 4_000_000, QuorumReads: 1_234, PingsAnswered: 5_000_000, PingsSlow: 4_321, Nodes: []scaleNode{{ID: "n0", Role: "leader", RSSBytes: 3.7e9, SchedStalls: 3}}}
+		LeaseReads: 4_000_000, QuorumReads: 1_234, PingsAnswered: 5_000_000, PingsSlow: 4_321, Nodes: []scaleNode{{ID: "n0", Role: "leader", RSSBytes: 3.7e9, SchedStalls: 3, ClockSteps: 1}}}
 	var out bytes.Buffer
 	r.print(&out)
 	assert.Contains(t, out.String(), "(filled in 413 s, 0 failed calls, the clients' process using 0.61 cores; elections from the fill to the snapshots: 1)")
 	assert.Contains(t, out.String(), "n0   leader")
-	assert.Regexp(t, `save s +stalls\n.*n0 +leader .* 3\n`, out.String())
+	assert.Regexp(t, `save s +stalls +clock steps\n.*n0 +leader .* 3 +1\n`, out.String())
 	assert.Contains(t, out.String(), "reads: 4000000 under the read lease, 1234 after waiting for a quorum round; Mooncake pings answered 5000000, over 1s 4321")
 	assert.Contains(t, out.String(), "0 sessions lost, 0 remounts;")
 

@@ -219,6 +219,7 @@ func (s *scaleRun) size(ctx context.Context, n uint64) (*scaleResult, error) {
 	}
 	for i := range r.Nodes {
 		r.Nodes[i].SchedStalls = load1.stalls[i] - load0.stalls[i]
+		r.Nodes[i].ClockSteps = load1.clockSteps[i] - load0.clockSteps[i]
 		r.LeaseReads += load1.leaseReads[i] - load0.leaseReads[i]
 		r.QuorumReads += load1.quorumReads[i] - load0.quorumReads[i]
 		r.PingsAnswered += load1.pings[i] - load0.pings[i]
@@ -352,23 +353,26 @@ func (s *scaleRun) metrics(ctx context.Context, p *localcluster.Node) (map[strin
 }
 
 // loadCounts are each node's counters a size reports from the fill to the
-// snapshots: its stalls, the reads served under the read lease and after
+// snapshots: its stalls, the wall-clock steps it saw, the reads served under the read lease and after
 // waiting for a quorum round, and the Mooncake clients' pings it answered,
 // and of them those it took over the clients' interval between pings to
 // answer.
 type loadCounts struct {
-	stalls, leaseReads, quorumReads, pings, slowPings []float64
+	stalls, clockSteps, leaseReads, quorumReads, pings, slowPings []float64
 }
 
 func (s *scaleRun) loadCounters(ctx context.Context) (loadCounts, error) {
 	n := len(s.lc.procs)
-	c := loadCounts{make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)}
+	c := loadCounts{make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)}
 	for i, p := range s.lc.procs {
 		m, err := s.metrics(ctx, p)
 		if err != nil {
 			return c, err
 		}
 		c.stalls[i] = labelled(m, "moonraft_stalls_total", "kind", "sched", (*dto.Metric).GetCounter).GetValue()
+		if x := m["moonraft_wall_clock_steps_total"].GetMetric(); len(x) > 0 {
+			c.clockSteps[i] = x[0].GetCounter().GetValue()
+		}
 		c.leaseReads[i] = labelled(m, "moonraft_reads_total", "path", "lease", (*dto.Metric).GetCounter).GetValue()
 		c.quorumReads[i] = labelled(m, "moonraft_reads_total", "path", "quorum", (*dto.Metric).GetCounter).GetValue()
 		pings := labelled(m, "moonraft_mooncake_call_duration_seconds", "function", "Ping", (*dto.Metric).GetHistogram)

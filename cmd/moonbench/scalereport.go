@@ -37,6 +37,10 @@ type scaleNode struct {
 	// the node's goroutines waited over a quarter of its heartbeat
 	// timeout to run (moonraft_stalls_total{kind="sched"}).
 	SchedStalls float64 `json:"sched_stalls"`
+	// ClockSteps counts the steps of the host's wall clock the node saw
+	// over the same span (moonraft_wall_clock_steps_total): a leader's
+	// clock leaves them out (docs/RELIABILITY.md, finding 34).
+	ClockSteps float64 `json:"clock_steps"`
 }
 
 // scaleResult is what one size measured.
@@ -241,10 +245,10 @@ func (r *scaleResult) remountsText() string {
 func (r *scaleResult) print(w io.Writer) {
 	fmt.Fprintf(w, "\n%d objects, %d clients pinging over %s (filled in %.0f s, %d failed calls, the clients' process using %.2f cores; elections from the fill to the snapshots: %d)\n",
 		r.Objects, r.Clients, r.Pings, r.FillSecs, r.FillFailures, r.FillClientsCPU, r.Elections)
-	fmt.Fprintf(w, "  %-4s %-8s %10s %9s %10s %9s %10s %9s %12s %9s %7s\n", "node", "role", "RSS MB", "B/object", "heap MB", "B/object", "live MB", "B/object", "snapshot MB", "save s", "stalls")
+	fmt.Fprintf(w, "  %-4s %-8s %10s %9s %10s %9s %10s %9s %12s %9s %7s %12s\n", "node", "role", "RSS MB", "B/object", "heap MB", "B/object", "live MB", "B/object", "snapshot MB", "save s", "stalls", "clock steps")
 	for _, n := range r.Nodes {
-		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f %7.0f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
-			n.HeapBytes/1e6, n.HeapBytes/float64(r.Objects), n.LiveBytes/1e6, n.LiveBytes/float64(r.Objects), n.SnapshotBytes/1e6, n.SnapshotSecs, n.SchedStalls)
+		fmt.Fprintf(w, "  %-4s %-8s %10.0f %9.0f %10.0f %9.0f %10.0f %9.0f %12.1f %9.2f %7.0f %12.0f\n", n.ID, n.Role, n.RSSBytes/1e6, n.RSSBytes/float64(r.Objects),
+			n.HeapBytes/1e6, n.HeapBytes/float64(r.Objects), n.LiveBytes/1e6, n.LiveBytes/float64(r.Objects), n.SnapshotBytes/1e6, n.SnapshotSecs, n.SchedStalls, n.ClockSteps)
 	}
 	var spent []string
 	for _, n := range r.Nodes {
