@@ -17,7 +17,7 @@ import (
 // term reads the wall clock again, and its Promote, which extends every
 // session and lease from its own time, covers whatever step that brings.
 type leaderClock struct {
-	wall   func() time.Time
+	clocks func() (wall, mono time.Time)
 	anchor atomic.Pointer[clockAnchor]
 }
 
@@ -26,15 +26,23 @@ type clockAnchor struct {
 	mono   time.Time
 }
 
-func newLeaderClock(wall func() time.Time) *leaderClock {
-	c := &leaderClock{wall: wall}
+// readClocks reads the wall clock and the monotonic clock at one moment
+// (Config.clocks): a time.Time from time.Now holds both.
+func readClocks() (wall, mono time.Time) {
+	t := time.Now()
+	return t, t
+}
+
+func newLeaderClock(clocks func() (wall, mono time.Time)) *leaderClock {
+	c := &leaderClock{clocks: clocks}
 	c.reset()
 	return c
 }
 
 // reset reads the wall clock again.
 func (c *leaderClock) reset() {
-	c.anchor.Store(&clockAnchor{wallMs: c.wall().UnixMilli(), mono: time.Now()})
+	wall, mono := c.clocks()
+	c.anchor.Store(&clockAnchor{wallMs: wall.UnixMilli(), mono: mono})
 }
 
 // now is the time in Unix milliseconds.

@@ -11,10 +11,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// steppedWall is a wall clock that a test can step.
+// steppedWall is a wall clock that a test can step, beside the monotonic
+// clock.
 type steppedWall struct{ offset atomic.Int64 }
 
-func (w *steppedWall) now() time.Time { return time.Now().Add(time.Duration(w.offset.Load())) }
+func (w *steppedWall) clocks() (wall, mono time.Time) {
+	t := time.Now()
+	return t.Round(0).Add(time.Duration(w.offset.Load())), t
+}
+
+func (w *steppedWall) now() time.Time {
+	wall, _ := w.clocks()
+	return wall
+}
 
 func (w *steppedWall) step(d time.Duration) { w.offset.Add(int64(d)) }
 
@@ -24,7 +33,7 @@ func TestLeaderClock(t *testing.T) {
 	for _, step := range []time.Duration{time.Minute, -time.Minute} {
 		t.Run(step.String(), func(t *testing.T) {
 			var w steppedWall
-			c := newLeaderClock(w.now)
+			c := newLeaderClock(w.clocks)
 			t0, start := c.now(), time.Now()
 			w.step(step)
 			time.Sleep(20 * time.Millisecond)
@@ -82,7 +91,7 @@ func TestWallClockStepExpiresNoSession(t *testing.T) {
 	const ttl = 2 * time.Second
 	var w steppedWall
 	c := newCluster(t, 3, 50*time.Millisecond, func(cfg *Config) {
-		cfg.wall = w.now
+		cfg.clocks = w.clocks
 		cfg.Params.ClientTTLMs = ttl.Milliseconds()
 	})
 	l := c.leader()

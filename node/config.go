@@ -133,9 +133,10 @@ type Config struct {
 	// Unset, it is the wall clock read when this node last became leader,
 	// counted on with the monotonic clock (clock.go).
 	Now func() int64
-	// wall is the wall clock Now reads at each term and the stall watcher
-	// compares with the monotonic clock; tests step it.
-	wall func() time.Time
+	// clocks reads the wall clock, which Now reads at each term and the
+	// stall watcher compares with the monotonic clock, and the monotonic
+	// clock at one moment; tests step the first.
+	clocks func() (wall, mono time.Time)
 }
 
 // DefaultMaxPendingWrites is the default of Config.MaxPendingWrites: twice

@@ -118,12 +118,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "moonraft", Level: hclog.Info})
 	}
-	if cfg.wall == nil {
-		cfg.wall = time.Now
+	if cfg.clocks == nil {
+		cfg.clocks = readClocks
 	}
 	var clock *leaderClock
 	if cfg.Now == nil {
-		clock = newLeaderClock(cfg.wall)
+		clock = newLeaderClock(cfg.clocks)
 		cfg.Now = clock.now
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {

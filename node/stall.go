@@ -41,7 +41,7 @@ func (n *Node) watchStalls(ctx context.Context) {
 	threshold := n.cfg.HeartbeatTimeout / 4
 	t := time.NewTicker(stallTick)
 	defer t.Stop()
-	last, lastWall := time.Now(), n.cfg.wall()
+	lastWall, last := n.cfg.clocks()
 	for {
 		var changed any // the Raft state a change left, if one woke the watcher
 		select {
@@ -53,12 +53,13 @@ func (n *Node) watchStalls(ctx context.Context) {
 		}
 		// Whatever woke the watcher, a wake this late follows a stall; it
 		// goes first, since a change it caused comes at the same moment.
-		if late := time.Since(last) - stallTick; late >= threshold {
+		wall, now := n.cfg.clocks()
+		if late := now.Sub(last) - stallTick; late >= threshold {
 			n.log.Warn("this node's goroutines waited to run: its process is short of CPU (a burst of requests, the collector) or was stopped",
 				"waited", late.Round(time.Millisecond))
 			n.stalled(stallSched)
 		}
-		if step := wallStep(lastWall, last, n.cfg.wall(), time.Now()); step >= stepMin || step <= -stepMin {
+		if step := wallStep(lastWall, last, wall, now); step >= stepMin || step <= -stepMin {
 			n.log.Warn("the wall clock stepped: this node's leader clock leaves the step out until it next becomes leader",
 				"step", step.Round(time.Millisecond))
 			n.metrics.clockSteps.Inc()
@@ -73,7 +74,7 @@ func (n *Node) watchStalls(ctx context.Context) {
 			n.stalled(stallSilent)
 		}
 		// The watcher's own work is not a stall.
-		last, lastWall = time.Now(), n.cfg.wall()
+		lastWall, last = n.cfg.clocks()
 	}
 }
 

@@ -353,10 +353,10 @@ func (s *scaleRun) metrics(ctx context.Context, p *localcluster.Node) (map[strin
 }
 
 // loadCounts are each node's counters a size reports from the fill to the
-// snapshots: its stalls, the wall-clock steps it saw, the reads served under the read lease and after
-// waiting for a quorum round, and the Mooncake clients' pings it answered,
-// and of them those it took over the clients' interval between pings to
-// answer.
+// snapshots: its stalls, the wall-clock steps it saw, the reads served
+// under the read lease and after waiting for a quorum round, and the
+// Mooncake clients' pings it answered, and of them those it took over the
+// clients' interval between pings to answer.
 type loadCounts struct {
 	stalls, clockSteps, leaseReads, quorumReads, pings, slowPings []float64
 }
