@@ -1,8 +1,8 @@
 // Package node is the Raft host of one moonraft server: hashicorp/raft
 // over raftstore's log stores and raftnet's transport, the state machine,
 // leadership and read leases, the propose and read paths that implement
-// the service contract, the leader loop (promotion, ticks) and the OpLog
-// export to etcd, paced to the rate etcd takes it.
+// the service contract, the leader loop (promotion, ticks) and its clock,
+// and the OpLog export to etcd, paced to the rate etcd takes it.
 package node
 
 import (
