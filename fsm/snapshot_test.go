@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/moonraft/moonraft/errcode"
 	"github.com/moonraft/moonraft/lease"
@@ -167,6 +168,50 @@ func TestSnapshotPacksObjects(t *testing.T) {
 	require.NoError(t, w.Close())
 	t.Logf("%d objects: %d bytes packed, %d plain", x.f.objects.Len(), file.Len(), plain.Len())
 	assert.Less(t, file.Len(), plain.Len()/2)
+}
+
+// An object's owner is found among the sessions whether or not it is the
+// session's own string: an object put before its owner's session began
+// holds a string of its own, and a restore takes an owner written out
+// beside its session for a damaged file.
+func TestSnapshotFindsOwnersSession(t *testing.T) {
+	x := newH(t)
+	x.mount("c1", "s1", 0, 1<<20)
+	x.put("before", "late", 4096)
+	x.mount("late", "s2", 1<<20, 1<<20)
+	x.put("after", "late", 4096)
+	before, ok := x.f.findObject("before")
+	require.True(t, ok)
+	require.NotSame(t, unsafe.StringData(x.f.sessions["late"].clientID), unsafe.StringData(before.obj.clientID))
+	var file bytes.Buffer
+	require.NoError(t, x.f.Snapshot().Write(&file, snapshots.Header{}))
+	g := New()
+	_, err := g.Restore(bytes.NewReader(file.Bytes()))
+	require.NoError(t, err)
+	assert.Equal(t, x.f.Digest(), g.Digest())
+}
+
+func TestSessionIndex(t *testing.T) {
+	sessions := []sessionRec{{clientID: "client-a"}, {clientID: "client-b"}}
+	x := newSessionIndex(sessions)
+	tests := []struct {
+		name  string
+		id    string
+		want  uint64
+		found bool
+	}{
+		{"the session's string", sessions[1].clientID, 1, true},
+		{"an equal string of its own", string([]byte("client-a")), 0, true},
+		{"a prefix of a session's string, its bytes", sessions[0].clientID[:6], 0, false},
+		{"no session", "client-c", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			i, ok := x.find(tt.id)
+			assert.Equal(t, tt.found, ok)
+			assert.Equal(t, tt.want, i)
+		})
+	}
 }
 
 // TestSnapshotIsPointInTime: a snapshot taken before more commands are
@@ -476,12 +521,12 @@ func TestRestoreOfEveryTruncation(t *testing.T) {
 type packedEnc struct {
 	prev      string
 	sessIndex map[string]uint64
-	segIndex  map[*segment]uint64
+	segIndex  ptrIndex[segment, uint64]
 }
 
 func (p packedEnc) object(key string, o *object) []byte {
 	var e enc
-	encodePackedObject(&e, p.prev, key, o, p.sessIndex, p.segIndex)
+	encodePackedObject(&e, p.prev, key, o, sessionIndex{byID: p.sessIndex}, p.segIndex)
 	return e.b
 }
 
@@ -516,9 +561,9 @@ func rewriteObjects(t *testing.T, f *FSM, file []byte, each func(i int, key stri
 		if section == "objects.v2" || section == "objects" {
 			continue // written below, at its first record
 		}
-		pe := packedEnc{sessIndex: map[string]uint64{}, segIndex: map[*segment]uint64{}}
+		pe := packedEnc{sessIndex: map[string]uint64{}, segIndex: newPtrIndex[segment, uint64](len(f.segOrder))}
 		for i, s := range f.segOrder {
-			pe.segIndex[s] = uint64(i)
+			pe.segIndex.put(s, uint64(i))
 		}
 		for i, id := range slices.Sorted(maps.Keys(f.sessions)) {
 			pe.sessIndex[id] = uint64(i)

@@ -204,7 +204,7 @@ func (s *stateMachine) Restore(rc io.ReadCloser) error {
 
 // restoreBytesPerObject is about what a restore allocates an object: 291 B
 // at a million objects of 10,000 clients (go test ./fsm -bench
-// Restore1MOf10kClients -benchmem).
+// Snapshot1MOf10kClients/parallel -benchmem).
 const restoreBytesPerObject = 320
 
 // restore builds a state from the snapshot r on every core.
