@@ -27,9 +27,9 @@ import (
 // ETCD_OPERATION_ERROR saying since when etcd has failed and why.
 //
 // The leader's own bulk REMOVEs (release.go) yield to client writes: they
-// go while the backlog stays under half the soft bound, so the writes
-// beside them find room and go at once, whatever etcd's rate does
-// meanwhile. Once a client write has to wait, a waiting release takes its
+// go while the backlog stays under a backgroundShare of the soft bound, so
+// the writes beside them find room and go at once unless etcd's rate falls
+// below that share of itself. Once a client write has to wait, a waiting release takes its
 // turn among the writes, first come first served, so writers that outpace
 // etcd on their own do not starve it.
 type pacer struct {
@@ -50,8 +50,8 @@ type pacer struct {
 	reserved uint64 // entries of admitted writes not yet applied
 	queue    []*paceWaiter
 	queued   uint64 // entries of the writes in queue
-	// background holds the releases waiting for room under half the
-	// bound while no client write waits; they join queue, ahead of the
+	// background holds the releases waiting for room under their share
+	// of the bound while no client write waits; they join queue, ahead of the
 	// first write that must wait.
 	background []*paceWaiter
 	oldestMs   int64 // command time of the oldest entry etcd has not taken; 0: none
@@ -138,7 +138,7 @@ func (p *pacer) admit(ctx context.Context, need uint64) (release func(), err err
 }
 
 // admitBackground is admit for the leader's bulk REMOVEs: it waits until
-// ctx is done for room under half the soft bound, or for its turn among
+// ctx is done for room under its share of the soft bound, or for its turn among
 // the client writes once one waits (the pacer's comment).
 func (p *pacer) admitBackground(ctx context.Context, need uint64) (release func(), err error) {
 	if need == 0 {
@@ -163,13 +163,21 @@ func (p *pacer) admitBackground(ctx context.Context, need uint64) (release func(
 	return nil, errcode.New(errcode.TooManyRequests, "no room for %d deferred REMOVEs in the OpLog backlog before the release's deadline", need)
 }
 
-// releaseSize is the most deferred REMOVEs one release should ask for: a
-// quarter of the bound, so that one admitted under half of it leaves room
-// for client writes however small the bound.
+// backgroundShare is the share of the soft bound the leader's bulk
+// REMOVEs may fill: a quarter. The bound follows etcd's take rate, so
+// etcd may slow to a quarter of its rate before the backlog they left
+// makes a client write wait. At a half, 5,000 clients leaving at six
+// million objects refused 5 probe writes of 25,536 with 2 s deadlines
+// when etcd's rate fell 2.2-fold (docs/RELIABILITY.md, finding 35).
+const backgroundShare = 4
+
+// releaseSize is the most deferred REMOVEs one release should ask for: half
+// of their share of the bound, so that one admitted under that share
+// leaves room for client writes however small the bound.
 func (p *pacer) releaseSize() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return max(1, p.bound()/4)
+	return max(1, p.bound()/backgroundShare/2)
 }
 
 func (p *pacer) enqueue(w *paceWaiter) *paceWaiter {
@@ -296,8 +304,8 @@ func (p *pacer) releaser(need uint64) func() {
 }
 
 // admitWaiting lets in the waiting writes, oldest first, while they fit;
-// then, while no write waits, the background releases that fit under half
-// the bound.
+// then, while no write waits, the background releases that fit under
+// their share of the bound.
 func (p *pacer) admitWaiting() {
 	for len(p.queue) > 0 && p.free(p.queue[0].need) {
 		w := p.queue[0]
@@ -305,7 +313,7 @@ func (p *pacer) admitWaiting() {
 		p.queued -= p.cost(w.need)
 		p.let(w)
 	}
-	for len(p.queue) == 0 && len(p.background) > 0 && p.fits(p.background[0].need, p.bound()/2) {
+	for len(p.queue) == 0 && len(p.background) > 0 && p.fits(p.background[0].need, p.bound()/backgroundShare) {
 		p.let(p.background[0])
 		p.background = p.background[1:]
 	}

@@ -380,8 +380,8 @@ func keepPinging(nd *Node, client string) (stop func()) {
 
 // TestExpiryYieldsToWrites: a client with thousands of objects stops
 // pinging while etcd is slow and another client writes a little. The
-// expiry's deferred REMOVEs enter the ring while the backlog is under half
-// the soft bound, so the other client's writes never wait for room, and
+// expiry's deferred REMOVEs enter the ring while the backlog is under a
+// quarter of the soft bound, so the other client's writes never wait for room, and
 // the backlog never reaches the bound; every REMOVE reaches etcd.
 func TestExpiryYieldsToWrites(t *testing.T) {
 	const (

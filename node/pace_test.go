@@ -239,30 +239,30 @@ func backgroundWaiting(p *pacer) int {
 	return len(p.background)
 }
 
-// The leader's bulk REMOVEs go while the backlog stays under half the soft
-// bound, and client writes beside them go at once; once a client write
-// must wait, a waiting release takes its turn ahead of it.
+// The leader's bulk REMOVEs go while the backlog stays under a quarter of
+// the soft bound, and client writes beside them go at once; once a client
+// write must wait, a waiting release takes its turn ahead of it.
 func TestPacerBackgroundYields(t *testing.T) {
 	var e fakeExport
 	p := e.pacer(100, 1000, time.Minute)
 	bg := context.Background()
 
-	e.set(30)
+	e.set(15)
 	release, err := p.admitBackground(bg, 10)
-	require.NoError(t, err, "room under half the bound")
+	require.NoError(t, err, "room under a quarter of the bound")
 	release()
 
-	e.set(45)
+	e.set(30)
 	rel := admitHeld(p.admitBackground, bg, 10)
 	require.Eventually(t, func() bool { return backgroundWaiting(p) == 1 }, time.Second, time.Millisecond)
 	release, err = p.admit(bg, 40)
 	require.NoError(t, err, "a client write goes at once beside a release that waits")
 	release()
 	assert.Zero(t, p.stats().Paced)
-	e.set(40)
-	p.took(5)
+	e.set(15)
+	p.took(15)
 	a := <-rel
-	require.NoError(t, a.err, "admitted once the backlog is under half the bound")
+	require.NoError(t, a.err, "admitted once the backlog is under a quarter of the bound")
 	a.release()
 
 	e.set(95)

@@ -22,9 +22,9 @@ const (
 // releaseLoop is the leader's part in deferral (fsm/deferred.go): it turns
 // deferral on, then moves deferred REMOVEs into the export ring while any
 // wait, bulkDirect at a time, each admitted by the pacer's
-// admitBackground: they keep the backlog under half the soft bound while
-// client writes go at once, and take turns with them, first come first
-// served, once writes must wait.
+// admitBackground: they keep the backlog under a quarter of the soft bound
+// (backgroundShare) while client writes go at once, and take turns with
+// them, first come first served, once writes must wait.
 func (n *Node) releaseLoop(ctx context.Context) {
 	t := time.NewTicker(n.cfg.Tick)
 	defer t.Stop()
