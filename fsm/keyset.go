@@ -109,8 +109,10 @@ func (s *keySet) has(key string) bool {
 }
 
 // add puts key in the set; adding a key it holds changes nothing.
-func (s *keySet) add(key string) {
-	h := keyHash(key)
+func (s *keySet) add(key string) { s.addHashed(key, keyHash(key)) }
+
+// addHashed is add with key's hash h already taken.
+func (s *keySet) addHashed(key string, h uint64) {
 	i, ok := s.find(key, h)
 	if ok {
 		return
@@ -227,4 +229,50 @@ func (s *keySet) all() iter.Seq[string] {
 			}
 		}
 	}
+}
+
+// keySetFiller adds keys to many sets, as a restore fills every segment's:
+// it reads the slot each key's probe starts at, and the end of the set's
+// arena, a batch of keySetFillLen adds ahead of the adds. With thousands
+// of segments each add is a cache miss in a set of its own; the batch's
+// reads, independent of each other, overlap instead of waiting one after
+// another (as ascendAhead's do).
+type keySetFiller struct {
+	adds []keySetAdd
+	// touched sums the words read ahead; nothing reads the sum.
+	touched uint64
+}
+
+type keySetAdd struct {
+	set *keySet
+	key string
+	h   uint64
+}
+
+const keySetFillLen = 32
+
+func newKeySetFiller() *keySetFiller {
+	return &keySetFiller{adds: make([]keySetAdd, 0, keySetFillLen)}
+}
+
+// add adds key to s, at the latest at the next flush.
+func (f *keySetFiller) add(s *keySet, key string) {
+	f.adds = append(f.adds, keySetAdd{s, key, keyHash(key)})
+	if len(f.adds) == keySetFillLen {
+		f.flush()
+	}
+}
+
+// flush makes every add so far.
+func (f *keySetFiller) flush() {
+	for _, a := range f.adds {
+		f.touched += a.set.slots[int(a.h)&(len(a.set.slots)-1)]
+		if n := len(a.set.arena); n > 0 {
+			f.touched += uint64(a.set.arena[n-1])
+		}
+	}
+	for _, a := range f.adds {
+		a.set.addHashed(a.key, a.h)
+	}
+	f.adds = f.adds[:0]
 }

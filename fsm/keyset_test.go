@@ -96,6 +96,36 @@ func TestKeySetModel(t *testing.T) {
 	}
 }
 
+// TestKeySetFiller: adds through a filler, batched across sets, leave each
+// set as adds one at a time would: a key added twice within a batch (an
+// object with two slices on one segment) is held once, a set too small for
+// its keys grows in the middle of a batch, and the last, partial batch is
+// made by flush.
+func TestKeySetFiller(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	sets := []*keySet{newKeySet(0, 0), newKeySet(500, 0), newKeySet(2000, 20000)}
+	want := make([]map[string]struct{}, len(sets))
+	for i := range want {
+		want[i] = map[string]struct{}{}
+	}
+	fill := newKeySetFiller()
+	adds := 0
+	for i := 0; i < 3*keySetFillLen*50+7; i++ {
+		k := fmt.Sprintf("obj/%d", rng.IntN(2500))
+		j := rng.IntN(len(sets))
+		for range 1 + rng.IntN(2) {
+			fill.add(sets[j], k)
+			adds++
+		}
+		want[j][k] = struct{}{}
+	}
+	require.NotZero(t, adds%keySetFillLen, "the last batch is partial")
+	fill.flush()
+	for i, s := range sets {
+		checkKeySet(t, s, want[i])
+	}
+}
+
 // TestKeySetHome: a key's home slot, which removal moves keys back
 // towards, is the one its probe starts at, in a small table (from the tag)
 // and past 2^24 slots (from the key, as the tag is too short to name it).

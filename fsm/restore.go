@@ -617,15 +617,17 @@ func (rs *restorer) buildSegments(p, parts int, used [][]freeRange, keys []keyCo
 			s.objs = newKeySet(keys[i].keys, keys[i].bytes)
 		}
 	}
+	fill := newKeySetFiller()
 	ascendAhead(rs.f.objects, func(it objItem) bool {
 		for _, r := range it.obj.replicas {
 			for _, b := range r.buffers {
 				if b.seg.part == p {
-					b.seg.objs.add(it.key)
+					fill.add(b.seg.objs, it.key)
 				}
 			}
 		}
 		return true
 	})
+	fill.flush()
 	return 0, true
 }
