@@ -57,14 +57,19 @@ func (f *FSM) restoreFrom(sr *snapshots.Reader, width int, par Parallel, batch i
 
 // restorer builds a state from snapshot records, section by section.
 type restorer struct {
-	f        *FSM
-	par      Parallel
-	batch    int                     // object records decoded at once, a unit of a step
-	section  int                     // index in sectionOrder of the current section
-	records  int                     // records seen in the current section
-	objects  *btree.Builder[objItem] // while the objects section is read; then f.objects
-	sessions []*session              // in the order of the sessions section
-	segs     []*segment
+	f       *FSM
+	par     Parallel
+	batch   int                     // object records decoded at once, a unit of a step
+	section int                     // index in sectionOrder of the current section
+	records int                     // records seen in the current section
+	objects *btree.Builder[objItem] // while the objects section is read; then f.objects
+	segs    []*segment
+	// owners are the sessions' client ids in the order of the sessions
+	// section, segSizes the sizes of segs: each object reads one of each,
+	// and a dense array of thousands stays in the cache where the
+	// sessions and segments themselves, each elsewhere in memory, do not.
+	owners   []string
+	segSizes []uint64
 	// workers are the restore's tasks' own, one each (runUnits); the
 	// first also serves the buffers of the sections after the objects.
 	workers  []*objWorker
@@ -215,6 +220,7 @@ func (rs *restorer) segment(d *dec) error {
 	s := &segment{id: spec.ID, name: spec.Name, clientID: clientID, base: spec.Base, size: spec.Size,
 		endpoint: spec.Endpoint, protocol: spec.Protocol}
 	rs.segs = append(rs.segs, s)
+	rs.segSizes = append(rs.segSizes, s.size)
 	rs.f.segNames[s.name] = s // names are checked here; the rest is wired in finish
 	return nil
 }
@@ -284,7 +290,7 @@ func (rs *restorer) session(d *dec) error {
 	}
 	sess := &session{clientID: id, segments: segs}
 	f.sessions[id] = sess
-	rs.sessions = append(rs.sessions, sess)
+	rs.owners = append(rs.owners, id)
 	f.deadlines.Set(id, deadline)
 	return nil
 }
@@ -294,11 +300,11 @@ func (rs *restorer) session(d *dec) error {
 func (rs *restorer) objectOwner(d *dec, o *object, packed bool) error {
 	if packed {
 		if ref := d.u64(); ref > 0 {
-			if ref > uint64(len(rs.sessions)) {
-				d.Fail("session %d of %d", ref, len(rs.sessions))
+			if ref > uint64(len(rs.owners)) {
+				d.Fail("session %d of %d", ref, len(rs.owners))
 				return d.err()
 			}
-			o.clientID = rs.sessions[ref-1].clientID
+			o.clientID = rs.owners[ref-1]
 			return nil
 		}
 	}
@@ -336,6 +342,7 @@ func (rs *restorer) replicas(d *dec, what func() string, size uint64, w *objWork
 			r.buffers = make([]buffer, nb)
 		}
 		var sum uint64
+		outside := -1 // the segment of the first buffer not inside it
 		for j := range r.buffers {
 			b := &r.buffers[j]
 			seg := rs.segIndex(d)
@@ -344,6 +351,9 @@ func (rs *restorer) replicas(d *dec, what func() string, size uint64, w *objWork
 			sum += b.length
 			if d.err() == nil {
 				b.seg = rs.segs[seg]
+				if outside < 0 && (b.length == 0 || b.offset+b.length < b.offset || b.offset+b.length > rs.segSizes[seg]) {
+					outside = seg
+				}
 				w.addBuf(usedBuf{seg, freeRange{b.offset, b.length}})
 			}
 		}
@@ -353,10 +363,8 @@ func (rs *restorer) replicas(d *dec, what func() string, size uint64, w *objWork
 		if (r.status != Processing && r.status != Complete) || len(r.buffers) == 0 || (size != 0 && sum != size) {
 			return nil, corrupt("%s has a malformed replica", what())
 		}
-		for _, b := range r.buffers {
-			if b.length == 0 || b.offset+b.length < b.offset || b.offset+b.length > b.seg.size {
-				return nil, corrupt("%s has a buffer outside segment %q", what(), b.seg.id)
-			}
+		if outside >= 0 {
+			return nil, corrupt("%s has a buffer outside segment %q", what(), rs.segs[outside].id)
 		}
 	}
 	return reps, d.err()
