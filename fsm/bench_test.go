@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -223,11 +224,16 @@ func BenchmarkSnapshot1M(b *testing.B) {
 	})
 }
 
+// objectsOf10kClients sizes BenchmarkSnapshot1MOf10kClients's state, so
+// that its figure at the scale harness's larger sizes is the same command's.
+var objectsOf10kClients = flag.Int("objects-of-10k-clients", 1_000_000, "objects in BenchmarkSnapshot1MOf10kClients's state")
+
 // BenchmarkSnapshot1MOf10kClients writes and restores a million objects
-// of 10,000 clients, a segment each: the scale harness's state (moonbench
-// --scale), where each object's owner and segment are one of 10,000.
+// (-objects-of-10k-clients) of 10,000 clients, a segment each: the scale
+// harness's state (moonbench --scale), where each object's owner and
+// segment are one of 10,000.
 func BenchmarkSnapshot1MOf10kClients(b *testing.B) {
-	f := benchStateOf(b, 1_000_000, 0.5, 10_000, 1)
+	f := benchStateOf(b, *objectsOf10kClients, 0.5, 10_000, 1)
 	var buf bytes.Buffer
 	if err := f.Snapshot().Write(&buf, snapshots.Header{}); err != nil {
 		b.Fatal(err)
